@@ -1,0 +1,85 @@
+# Installs what the dev cluster needs on a fresh Debian 12. Sourced.
+
+DEV_PACKAGES="slurm-wlm slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
+btrfs-progs xfsprogs openssh-server build-essential lua5.3 sudo"
+VENV=/opt/slurm-snap/venv
+WHEELS=/opt/wheels
+
+package_installed() {
+	[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]
+}
+
+ensure_packages() {
+	local missing="" p created_policy=""
+	for p in $DEV_PACKAGES; do
+		package_installed "$p" || missing="$missing $p"
+	done
+	[ -z "$missing" ] && return 0
+	log "installing:$missing"
+	# Package scripts must not start system-wide daemons (sshd on port 22,
+	# munged, slurmd): the dev cluster starts its own, bound to loopback.
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 0755 /usr/sbin/policy-rc.d
+		created_policy=1
+	fi
+	# apt's lists are empty on a fresh machine; one update is enough.
+	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing </dev/null >"$STATE/log/apt.log" 2>&1; then
+		apt-get update </dev/null >>"$STATE/log/apt.log" 2>&1 || true
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing </dev/null >>"$STATE/log/apt.log" 2>&1 ||
+			{ [ -n "$created_policy" ] && rm -f /usr/sbin/policy-rc.d; tail -n 20 "$STATE/log/apt.log" >&2; die "apt-get install$missing failed (log: $STATE/log/apt.log)"; }
+	fi
+	[ -n "$created_policy" ] && rm -f /usr/sbin/policy-rc.d
+	return 0
+}
+
+# Hash of what pip would install, to reinstall only when the project changed.
+project_hash() {
+	# README.md/LICENSE may not exist yet: find's complaint must not fail the pipe.
+	(cd "$REPO" && { find pyproject.toml slurm_snap README.md LICENSE -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 2>/dev/null || true; } |
+		LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+}
+
+# Copies the project to a scratch dir so pip's in-tree build leaves no build/
+# or *.egg-info behind in the developer's work tree.
+pip_install_project() {
+	local tmp rc=0
+	tmp=$(mktemp -d /tmp/slurm-snap-pip.XXXXXX)
+	(cd "$REPO" && cp -a pyproject.toml slurm_snap "$tmp/" && for f in README.md LICENSE; do [ -e "$f" ] && cp -a "$f" "$tmp/"; done; true)
+	find "$tmp" -name __pycache__ -prune -exec rm -rf {} +
+	"$VENV/bin/pip" install --disable-pip-version-check -q --find-links "$WHEELS" "$@" "$tmp" \
+		</dev/null >>"$STATE/log/pip.log" 2>&1 || rc=$?
+	rm -rf "$tmp"
+	return $rc
+}
+
+# The venv is what plugstack.conf's helper= and the hooks exec. A project that
+# does not build yet must not keep the cluster from starting: warn only.
+ensure_venv() {
+	local want have=""
+	if [ ! -x "$VENV/bin/python" ]; then
+		log "creating $VENV"
+		install -d -m 0755 "$(dirname "$VENV")"
+		/usr/bin/python3 -m venv "$VENV" || die "python3 -m venv $VENV failed"
+	fi
+	want=$(project_hash)
+	[ -r "$VENV/.slurm-snap-installed" ] && have=$(cat "$VENV/.slurm-snap-installed")
+	[ "$want" = "$have" ] && [ -x "$VENV/bin/slurm-snap" ] && return 0
+	log "installing the project into $VENV (log: $STATE/log/pip.log)"
+	if [ -x "$VENV/bin/slurm-snap" ] || "$VENV/bin/python" -c 'import sqlalchemy, click, paramiko, torch' 2>/dev/null; then
+		# Dependencies are there: only the project itself changed.
+		pip_install_project --no-deps --force-reinstall ||
+			pip_install_project ||
+			{ log "warning: pip install of $REPO failed; hooks and option checks will fail until it installs (see $STATE/log/pip.log)"; return 0; }
+	else
+		# Extras in brackets must follow the path: pip_install_project appends it.
+		local tmp rc=0
+		tmp=$(mktemp -d /tmp/slurm-snap-pip.XXXXXX)
+		(cd "$REPO" && cp -a pyproject.toml slurm_snap "$tmp/" && for f in README.md LICENSE; do [ -e "$f" ] && cp -a "$f" "$tmp/"; done; true)
+		"$VENV/bin/pip" install --disable-pip-version-check -q --find-links "$WHEELS" "torch==2.13.0" "$tmp[test,example,postgres]" \
+			</dev/null >>"$STATE/log/pip.log" 2>&1 || rc=$?
+		rm -rf "$tmp"
+		[ $rc -eq 0 ] || { log "warning: pip install of $REPO[test,example,postgres] failed (see $STATE/log/pip.log)"; return 0; }
+	fi
+	printf '%s\n' "$want" >"$VENV/.slurm-snap-installed"
+}

@@ -1,0 +1,3 @@
+from slurm_snap.cli import entry
+
+entry()

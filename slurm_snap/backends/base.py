@@ -1,0 +1,232 @@
+"""The backend contract: what every snapshot backend MUST do.
+
+A backend turns a *volume* (a path, dataset, logical volume, fileset...) into
+read-only point-in-time snapshots and back into writable clones. The protocol
+layer only ever talks to this interface and decides by `capabilities` (data),
+never by isinstance checks. Each backend lives in its own module; tools run
+through a Transport (local subprocess or SSH), never through a shell.
+"""
+from __future__ import annotations
+
+import abc
+import datetime as dt
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Mapping
+
+from slurm_snap import errors
+from slurm_snap.backends.transport import Result, Transport
+
+Scope = Literal["volume", "fileset", "filesystem"]
+
+# Snapshot names end up as path components and tool arguments on every
+# filesystem we support; this is the intersection that is safe everywhere
+# (no leading '-' or '.', so no option injection or hidden/relative names).
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$")
+
+DEFAULT_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend's snapshots are, as data the protocol can decide on."""
+
+    atomic: bool          # the whole volume is cut at one instant
+    read_only: bool       # the snapshot refuses writes (enforced, not advisory)
+    instant: bool         # cost does not grow with the amount of data
+    per_file_cost: bool   # cost grows with the number of files
+    scope: Scope          # what one snapshot covers
+    needs_root: bool      # the tool must run as root on the target host
+    can_clone: bool       # clone() is implemented
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    """A snapshot as the inventory records it.
+
+    `ref` is the string the backend understands (e.g. `tank/home@s1`,
+    `/mnt/.snapshots/s1`); `path` is where its files are visible, if anywhere.
+    """
+
+    backend: str
+    volume: str
+    name: str
+    ref: str
+    path: str | None = None
+    created_at: dt.datetime | None = None
+
+
+def check_name(name: str) -> str:
+    """Reject snapshot names that are unsafe as a path component or argument."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise errors.BadValueError(
+            what="snapshot name", value=name,
+            why="use 1-200 of A-Z a-z 0-9 _ . : -, not starting with '.' or '-'")
+    return name
+
+
+def check_abs_path(what: str, value: str) -> str:
+    """Volumes given as paths: absolute, no NUL or newline (any other byte is fine)."""
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise errors.BadValueError(what=what, value=value, why="must be an absolute path")
+    if any(c in value for c in "\0\n\r"):
+        raise errors.BadValueError(what=what, value=value, why="must not contain NUL or newlines")
+    if any(part in (".", "..") for part in value.split("/")):
+        raise errors.BadValueError(what=what, value=value, why="must not contain '.' or '..' components")
+    return value.rstrip("/") or "/"
+
+
+class Backend(abc.ABC):
+    """One filesystem's snapshot verbs.
+
+    Subclasses set `name`, `TOOLS` (tool names resolved on the target host at
+    construction) and `OPTIONS` (option name -> (type, default)); the registry
+    rejects options not listed there. Optional verbs raise errors.Unsupported.
+
+    Common options every backend accepts:
+      tool_dir  -- look tools up in this absolute directory instead of the fixed
+                   PATH (/usr/sbin:/usr/bin:/sbin:/bin); how tests use fakes.
+      timeout   -- seconds one tool call may take before errors.Timeout.
+    """
+
+    name: ClassVar[str] = "abstract"
+    # Filesystem tools: looked up in the tool_dir option if set, else the fixed PATH.
+    TOOLS: ClassVar[tuple[str, ...]] = ()
+    # Plain coreutils the backend needs on the target host: always the fixed PATH.
+    UTILS: ClassVar[tuple[str, ...]] = ()
+    OPTIONS: ClassVar[Mapping[str, tuple[type, Any]]] = {}
+    COMMON_OPTIONS: ClassVar[Mapping[str, tuple[type, Any]]] = {
+        "tool_dir": (str, None),
+        "timeout": (float, DEFAULT_TIMEOUT),
+    }
+
+    def __init__(self, options: Mapping[str, Any], transport: Transport):
+        self.transport = transport
+        self.options = self.parse_options(options)
+        self.timeout = float(self.options["timeout"])
+        self.tools: dict[str, str] = {}
+        self.check()
+
+    # -- options and tools --------------------------------------------------
+    @classmethod
+    def option_spec(cls) -> dict[str, tuple[type, Any]]:
+        return {**cls.COMMON_OPTIONS, **cls.OPTIONS}
+
+    @classmethod
+    def parse_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        spec = cls.option_spec()
+        where = f"backend {cls.name}"
+        for key in options:
+            if key not in spec:
+                raise errors.ConfigError(path=where, key=key,
+                                         why=f"unknown option (known: {', '.join(sorted(spec))})")
+        parsed: dict[str, Any] = {}
+        for key, (typ, default) in spec.items():
+            value = options.get(key, default)
+            if value is not None and not isinstance(value, typ):
+                if typ is float and isinstance(value, int) and not isinstance(value, bool):
+                    value = float(value)
+                else:
+                    raise errors.ConfigError(path=where, key=key,
+                                             why=f"expected {typ.__name__}, got {value!r}")
+            parsed[key] = value
+        if parsed["tool_dir"] is not None:
+            check_abs_path("tool_dir", parsed["tool_dir"])
+        if parsed["timeout"] <= 0:
+            raise errors.ConfigError(path=where, key="timeout", why="must be > 0")
+        return parsed
+
+    def check(self) -> None:
+        """Resolve every tool on the target host; errors.ToolMissing names the first missing one."""
+        wanted = [(t, self.options["tool_dir"]) for t in self.TOOLS] + [(u, None) for u in self.UTILS]
+        for tool, tool_dir in wanted:
+            path = self.transport.find_tool(tool, tool_dir, self.timeout)
+            if path is None:
+                raise errors.ToolMissing(self.name, tool, self.transport.where)
+            self.tools[tool] = path
+
+    # -- running tools ------------------------------------------------------
+    def run(self, tool: str, *args: str, ok: tuple[int, ...] = (0,), input: bytes | None = None) -> Result:
+        """Run a resolved tool; non-`ok` status -> errors.CommandFailed with its stderr."""
+        argv = [self.tools[tool], *args]
+        result = self.transport.run(argv, self.timeout, input=input)
+        if result.status not in ok:
+            raise errors.CommandFailed(
+                argv0=tool, status=result.status,
+                stderr=result.stderr.decode(errors="replace").strip() or "(no stderr)",
+                argv=argv, host=self.transport.where)
+        return result
+
+    # -- path helpers for backends whose volumes are directories -----------
+    # (need "test", "stat", "mkdir", "find" in UTILS)
+    def path_exists(self, path: str) -> bool:
+        return self.run("test", "-e", path, ok=(0, 1)).status == 0
+
+    def inode(self, path: str) -> int | None:
+        res = self.run("stat", "-c", "%i", "--", path, ok=(0, 1))
+        return int(res.text.strip()) if res.status == 0 else None
+
+    def mkdir_p(self, path: str) -> None:
+        self.run("mkdir", "-p", "--", path)
+
+    def listdir(self, path: str) -> list[str]:
+        """Entry names in `path` (not recursive); [] if it does not exist."""
+        if not self.path_exists(path):
+            return []
+        out = self.run("find", path, "-mindepth", "1", "-maxdepth", "1", "-printf", "%f\\0").stdout
+        return sorted(n.decode(errors="surrogateescape") for n in out.split(b"\0") if n)
+
+    def ref(self, volume: str, name: str, ref: str, path: str | None = None,
+            created_at: dt.datetime | None = None) -> SnapshotRef:
+        return SnapshotRef(self.name, volume, name, ref, path, created_at)
+
+    # -- the contract -------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What this backend's snapshots are (see Capabilities)."""
+
+    @abc.abstractmethod
+    def create(self, volume: str, name: str) -> SnapshotRef:
+        """Make a read-only point-in-time snapshot `name` of `volume`.
+
+        MUST be idempotent: if `name` already exists for `volume`, return it
+        unchanged (Slurm may run a hook twice). MUST raise errors.SnapshotCollision
+        if `name` exists for a *different* volume. MUST NOT leave a partial
+        snapshot that list() or exists() would report as complete.
+        """
+
+    @abc.abstractmethod
+    def list(self, volume: str) -> list[SnapshotRef]:
+        """Return every snapshot of `volume` this backend can see, sorted by name.
+
+        MUST NOT include snapshots of other volumes, or incomplete ones.
+        """
+
+    @abc.abstractmethod
+    def exists(self, ref: SnapshotRef) -> bool:
+        """True if the snapshot is still there and complete."""
+
+    @abc.abstractmethod
+    def delete(self, ref: SnapshotRef) -> bool:
+        """Remove the snapshot. MUST return False (not raise) if it is already gone."""
+
+    def clone(self, ref: SnapshotRef, target: str) -> str:
+        """Make a new writable copy of the snapshot at `target` and return its path.
+
+        MUST refuse (errors.AlreadyExists) an existing target; MUST leave the
+        snapshot itself read-only. Optional: raises errors.Unsupported.
+        """
+        raise errors.Unsupported(backend=self.name, verb="clone")
+
+    def coalesce_key(self, volume: str) -> str | None:
+        """Key under which snapshots of several volumes can be one snapshot.
+
+        None for volume-scoped backends. Whole-filesystem backends return e.g.
+        the filesystem name: every volume with the same key is covered by one
+        snapshot, so the protocol can cut it once per set (see docs/backends.md).
+        """
+        return None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} via {self.transport.where}>"

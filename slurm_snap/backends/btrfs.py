@@ -1,0 +1,133 @@
+"""btrfs: read-only subvolume snapshots.
+
+    volume   /srv/scratch/job42          (must be a subvolume: inode 256)
+    snapshot /srv/scratch/.snapshots/s1  (snapdir option, default <parent>/.snapshots)
+    clone    btrfs subvolume snapshot (writable) of the snapshot
+
+Which volume a snapshot belongs to is btrfs's own record: the snapshot's
+"Parent UUID" equals the volume's UUID. That is how create() tells an
+idempotent repeat from a name collision, and how list() filters a shared
+snapshot directory.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import posixpath
+
+from slurm_snap import errors
+from slurm_snap.backends.base import (Backend, Capabilities, SnapshotRef, check_abs_path,
+                                      check_name)
+
+BTRFS_ROOT_INODE = 256  # every subvolume's root directory has this inode number
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """`btrfs subvolume show` -> {"UUID": ..., "Parent UUID": ..., "Flags": ...}."""
+    info: dict[str, str] = {}
+    for line in text.splitlines()[1:]:
+        key, sep, value = line.strip().partition(":")
+        if sep and line.startswith("\t") and not line.startswith("\t\t"):
+            info[key.strip()] = value.strip()
+    return info
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    try:
+        return dt.datetime.strptime(value or "", "%Y-%m-%d %H:%M:%S %z").astimezone(dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+class BtrfsBackend(Backend):
+    name = "btrfs"
+    TOOLS = ("btrfs",)
+    UTILS = ("test", "stat", "mkdir", "find")
+    OPTIONS = {"snapdir": (str, None)}
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(atomic=True, read_only=True, instant=True, per_file_cost=False,
+                            scope="volume", needs_root=True, can_clone=True)
+
+    def snapdir(self, volume: str) -> str:
+        if self.options["snapdir"]:
+            return check_abs_path("snapdir", self.options["snapdir"])
+        return posixpath.join(posixpath.dirname(volume), ".snapshots")
+
+    def _show(self, path: str) -> dict[str, str]:
+        return parse_show(self.run("btrfs", "subvolume", "show", "--", path).text)
+
+    def _volume_uuid(self, volume: str) -> str:
+        volume = check_abs_path("btrfs volume", volume)
+        ino = self.inode(volume)
+        if ino is None:
+            raise errors.NotFound(what="btrfs volume", value=volume)
+        if ino != BTRFS_ROOT_INODE:
+            raise errors.BadValueError(
+                what="btrfs volume", value=volume,
+                why=f"not a btrfs subvolume (inode {ino}, a subvolume root is {BTRFS_ROOT_INODE}); "
+                    "create it with `btrfs subvolume create`")
+        return self._show(volume)["UUID"]
+
+    def _ref(self, volume: str, name: str, path: str, info: dict[str, str]) -> SnapshotRef:
+        return self.ref(volume, name, path, path, parse_time(info.get("Creation time")))
+
+    def _snapshot_info(self, path: str) -> dict[str, str] | None:
+        """show() of a snapshot at `path`, or None if nothing snapshot-like is there."""
+        if self.inode(path) != BTRFS_ROOT_INODE:
+            return None
+        return self._show(path)
+
+    def create(self, volume: str, name: str) -> SnapshotRef:
+        check_name(name)
+        uuid = self._volume_uuid(volume)
+        volume = volume.rstrip("/")
+        target = posixpath.join(self.snapdir(volume), name)
+        if self.path_exists(target):
+            info = self._snapshot_info(target)
+            if info is not None and info.get("Parent UUID") == uuid:
+                return self._ref(volume, name, target, info)
+            other = f"subvolume with UUID {info.get('Parent UUID')}" if info else "a non-snapshot entry"
+            raise errors.SnapshotCollision(backend=self.name, name=target, other=other, volume=volume)
+        self.mkdir_p(posixpath.dirname(target))
+        # Only ever into a fresh path: into an existing directory btrfs would
+        # nest the snapshot inside it, like cp.
+        self.run("btrfs", "subvolume", "snapshot", "-r", "--", volume, target)
+        return self._ref(volume, name, target, self._show(target))
+
+    def list(self, volume: str) -> list[SnapshotRef]:
+        uuid = self._volume_uuid(volume)
+        volume = volume.rstrip("/")
+        snapdir = self.snapdir(volume)
+        refs = []
+        for entry in self.listdir(snapdir):
+            path = posixpath.join(snapdir, entry)
+            info = self._snapshot_info(path)
+            if info is not None and info.get("Parent UUID") == uuid:
+                refs.append(self._ref(volume, entry, path, info))
+        return refs
+
+    def exists(self, ref: SnapshotRef) -> bool:
+        return self._snapshot_info(check_abs_path("snapshot", ref.ref)) is not None
+
+    def delete(self, ref: SnapshotRef) -> bool:
+        path = check_abs_path("snapshot", ref.ref)
+        info = self._snapshot_info(path)
+        if info is None:
+            return False
+        # Refuse anything that is not a snapshot: a crafted ref must not be
+        # able to delete the live volume.
+        if info.get("Parent UUID", "-") == "-" or "readonly" not in info.get("Flags", ""):
+            raise errors.BadValueError(what="btrfs snapshot", value=path,
+                                       why="is not a read-only snapshot; refusing to delete it")
+        self.run("btrfs", "subvolume", "delete", "--", path)
+        return True
+
+    def clone(self, ref: SnapshotRef, target: str) -> str:
+        target = check_abs_path("clone target", target)
+        if self.path_exists(target):
+            raise errors.AlreadyExists(what="clone target", value=target)
+        if not self.exists(ref):
+            raise errors.NotFound(what="snapshot", value=ref.ref)
+        self.run("btrfs", "subvolume", "snapshot", "--", ref.ref, target)
+        return target

@@ -1,0 +1,97 @@
+"""The one place that maps backend names to classes.
+
+Built-in backends and third-party ones register through the same path: an
+entry point in the `slurm_snap.backends` group ("name = module:Class"). The
+built-ins are also listed in BUILTINS (the same strings pyproject.toml
+declares) so a source checkout that is not pip-installed still has them; an
+entry point that repeats a built-in with the same target is the same
+registration, one with a different target is a duplicate and is rejected.
+"""
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+from typing import Any, Mapping
+
+from slurm_snap import errors
+from slurm_snap.backends.base import Backend
+from slurm_snap.backends.transport import LocalTransport, Transport
+
+GROUP = "slurm_snap.backends"
+
+BUILTINS: dict[str, str] = {
+    "btrfs": "slurm_snap.backends.btrfs:BtrfsBackend",
+    "xfs-reflink": "slurm_snap.backends.xfs_reflink:ReflinkBackend",
+    "zfs": "slurm_snap.backends.zfs:ZfsBackend",
+    "lvm": "slurm_snap.backends.lvm:LvmThinBackend",
+    "lustre": "slurm_snap.backends.lustre:LustreBackend",
+    "gpfs": "slurm_snap.backends.gpfs:GpfsBackend",
+    "cephfs": "slurm_snap.backends.cephfs:CephfsBackend",
+}
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._targets: dict[str, str] = {}
+        self._classes: dict[str, type[Backend]] = {}
+
+    def register(self, name: str, target: str | type[Backend]) -> None:
+        """Register `name` -> "module:Class" (loaded lazily) or a class.
+
+        A name registered twice with a different target is rejected: two
+        plugins fighting over `zfs` must be an error, not a coin toss.
+        """
+        key = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
+        if name in self._targets:
+            if self._targets[name] == key:
+                return
+            raise errors.Conflict(f"backend {name!r} registered twice: {self._targets[name]} and {key}")
+        self._targets[name] = key
+        if not isinstance(target, str):
+            self._classes[name] = target
+
+    def names(self) -> list[str]:
+        return sorted(self._targets)
+
+    def backend_class(self, name: str) -> type[Backend]:
+        if name not in self._targets:
+            raise errors.BadValueError(what="backend", value=name,
+                                       why=f"unknown (known: {', '.join(self.names())})")
+        if name not in self._classes:
+            module, _, attr = self._targets[name].partition(":")
+            cls = getattr(importlib.import_module(module), attr)
+            if not (isinstance(cls, type) and issubclass(cls, Backend)):
+                raise errors.ConfigError(path=f"entry point {GROUP}", key=name,
+                                         why=f"{self._targets[name]} is not a Backend subclass")
+            self._classes[name] = cls
+        return self._classes[name]
+
+
+def _load_default() -> Registry:
+    reg = Registry()
+    for name, target in BUILTINS.items():
+        reg.register(name, target)
+    for ep in metadata.entry_points(group=GROUP):
+        reg.register(ep.name, ep.value.replace(" ", ""))
+    return reg
+
+
+_default: Registry | None = None
+
+
+def default_registry() -> Registry:
+    global _default
+    if _default is None:
+        _default = _load_default()
+    return _default
+
+
+def get_backend(name: str, options: Mapping[str, Any] | None = None,
+                transport: Transport | None = None) -> Backend:
+    """Build backend `name` with its options on `transport` (local by default).
+
+    Unknown name -> errors.BadValueError naming it; unknown option ->
+    errors.ConfigError naming it; missing tool -> errors.ToolMissing.
+    """
+    cls = default_registry().backend_class(name)
+    return cls(dict(options or {}), transport or LocalTransport())

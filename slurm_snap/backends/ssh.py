@@ -1,0 +1,142 @@
+"""SshTransport: run a backend's tools on another host over SSH (paramiko).
+
+Security stance, because this runs as root against storage servers:
+- the host key MUST be in the configured known_hosts file (RejectPolicy): an
+  unknown or changed key is refused, never learned;
+- key authentication only, with the configured key: no passwords, no agent,
+  no ~/.ssh key discovery (look_for_keys=False, allow_agent=False);
+- the remote command is the argv with every element shlex.quote'd, run under
+  a fixed PATH and coreutils `timeout`, so nothing from user input is ever
+  interpreted by the remote shell and a hung tool dies on the remote too.
+One connection per transport (one transport per host), reused across calls.
+"""
+from __future__ import annotations
+
+import shlex
+import socket
+import threading
+import time
+from typing import Sequence
+
+import paramiko
+
+from slurm_snap import errors
+from slurm_snap.backends.transport import FIXED_PATH, Result, Transport, _check_argv
+
+# Exit status of coreutils timeout(1) when it had to kill the command.
+_TIMEOUT_STATUS = 124
+
+
+class SshTransport(Transport):
+    def __init__(self, host: str, *, known_hosts: str, key_file: str, user: str = "root",
+                 port: int = 22, connect_timeout: float = 10.0):
+        for what, value in (("known_hosts", known_hosts), ("key_file", key_file)):
+            if not value or not value.startswith("/"):
+                raise errors.BadValueError(what=f"ssh {what}", value=value, why="must be an absolute path")
+        self.host, self.port, self.user = host, int(port), user
+        self.known_hosts, self.key_file = known_hosts, key_file
+        self.connect_timeout = float(connect_timeout)
+        self.where = f"{user}@{host}:{port}" if port != 22 else f"{user}@{host}"
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()
+
+    # -- connection ---------------------------------------------------------
+    def _connect(self) -> paramiko.SSHClient:
+        with self._lock:
+            if self._client is not None:
+                t = self._client.get_transport()
+                if t is not None and t.is_active():
+                    return self._client
+                self._client.close()
+                self._client = None
+            client = paramiko.SSHClient()
+            try:
+                client.load_host_keys(self.known_hosts)
+            except OSError as e:
+                raise errors.TransportError(host=self.where, why=f"cannot read known_hosts {self.known_hosts!r}: {e}") from None
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            try:
+                client.connect(
+                    self.host, port=self.port, username=self.user, key_filename=self.key_file,
+                    timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
+                    auth_timeout=self.connect_timeout, channel_timeout=self.connect_timeout,
+                    look_for_keys=False, allow_agent=False)
+            except paramiko.BadHostKeyException as e:
+                client.close()
+                raise errors.TransportError(host=self.where, why=f"host key mismatch ({e}); refusing") from None
+            except paramiko.SSHException as e:
+                client.close()
+                # RejectPolicy raises a plain SSHException for an unknown host key.
+                raise errors.TransportError(host=self.where, why=f"ssh: {e}") from None
+            except (OSError, socket.timeout) as e:
+                client.close()
+                raise errors.TransportError(host=self.where, why=f"cannot connect: {e}") from None
+            self._client = client
+            return client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    # -- commands -----------------------------------------------------------
+    @staticmethod
+    def remote_command(argv: Sequence[str], timeout: float) -> str:
+        """The exact string sshd hands to the remote shell: quoted argv only."""
+        secs = max(1, int(timeout + 0.999))
+        wrapped = ["timeout", "-k", "2", f"{secs}s", *argv]
+        return f"PATH={FIXED_PATH} LC_ALL=C exec " + " ".join(shlex.quote(a) for a in wrapped)
+
+    def run(self, argv: Sequence[str], timeout: float, input: bytes | None = None) -> Result:
+        argv = _check_argv(argv)
+        client = self._connect()
+        deadline = time.monotonic() + timeout
+        what = " ".join(argv[:3])
+        try:
+            chan = client.get_transport().open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, OSError) as e:
+            self.close()
+            raise errors.TransportError(host=self.where, why=f"cannot open a session: {e}") from None
+        try:
+            chan.settimeout(0.2)
+            chan.exec_command(self.remote_command(argv, timeout))
+            if input:
+                chan.sendall(input)
+            chan.shutdown_write()  # the tool sees EOF on stdin, like /dev/null
+            out, err = bytearray(), bytearray()
+            while True:
+                got = False
+                while chan.recv_ready():
+                    out += chan.recv(65536)
+                    got = True
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                    got = True
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if time.monotonic() > deadline:
+                    raise errors.Timeout(what=f"{what} on {self.where}", seconds=timeout)
+                if not got:
+                    time.sleep(0.01)
+            status = chan.recv_exit_status()
+        except (paramiko.SSHException, OSError) as e:
+            self.close()
+            raise errors.TransportError(host=self.where, why=f"{what}: {e}") from None
+        finally:
+            chan.close()  # on timeout this drops the session; remote timeout(1) kills the tool
+        if status == _TIMEOUT_STATUS or status == 128 + 9:
+            raise errors.Timeout(what=f"{what} on {self.where}", seconds=timeout)
+        return Result(status, bytes(out), bytes(err))
+
+    def find_tool(self, tool: str, tool_dir: str | None, timeout: float) -> str | None:
+        if tool_dir:
+            path = f"{tool_dir.rstrip('/')}/{tool}"
+            return path if self.run(["test", "-x", path], timeout).status == 0 else None
+        # One round trip: the first executable $0 in the fixed PATH. The script
+        # is a constant; the tool name only ever arrives as $0. (`command -v`
+        # would answer "test" for a shell builtin, not a path we can exec.)
+        script = 'IFS=:; for d in $1; do if [ -x "$d/$0" ]; then echo "$d/$0"; exit 0; fi; done; exit 1'
+        res = self.run(["sh", "-c", script, tool, FIXED_PATH], timeout)
+        path = res.text.strip()
+        return path if res.status == 0 and path.startswith("/") else None

@@ -1,0 +1,116 @@
+"""How backends run tools: an argv on some host, with a deadline.
+
+Backends never build shell strings and never call subprocess themselves: they
+hand an argv to a Transport, so the same backend code runs locally or over SSH
+(slurm_snap.backends.ssh). Hooks run without PATH, so tools are resolved in a
+fixed search path (or an explicit tool_dir) to absolute paths first.
+"""
+from __future__ import annotations
+
+import abc
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from slurm_snap import errors
+
+FIXED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Result:
+    status: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+
+def _check_argv(argv: Sequence[str]) -> list[str]:
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise errors.BadValueError(what="argv", value=argv, why="must be a non-empty list of strings")
+    if any("\0" in a for a in argv):
+        raise errors.BadValueError(what="argv", value=argv, why="arguments must not contain NUL")
+    return list(argv)
+
+
+class Transport(abc.ABC):
+    """Runs an argv somewhere. `where` names the host in error messages."""
+
+    where: str = "localhost"
+
+    @abc.abstractmethod
+    def run(self, argv: Sequence[str], timeout: float, input: bytes | None = None) -> Result:
+        """Run argv (no shell) and return its status and output.
+
+        MUST raise errors.Timeout if it has not finished within `timeout`
+        seconds, after killing it. A nonzero status is returned, not raised:
+        deciding what is a failure is the backend's business.
+        """
+
+    def find_tool(self, tool: str, tool_dir: str | None, timeout: float) -> str | None:
+        """Absolute path of an executable `tool` on the target host, or None."""
+        dirs = [tool_dir] if tool_dir else FIXED_PATH.split(":")
+        for d in dirs:
+            path = f"{d.rstrip('/')}/{tool}"
+            if self.run(["test", "-x", path], timeout).status == 0:
+                return path
+        return None
+
+    def close(self) -> None:
+        """Release connections; the transport may be used again afterwards."""
+
+
+class LocalTransport(Transport):
+    """subprocess with an argv, stdin /dev/null, fixed PATH, kill-on-timeout.
+
+    `extra_env` adds variables to the fixed environment (tests point fake
+    tools at their state directory this way); nothing else is inherited, so a
+    hook's or user's environment cannot change what a tool does.
+    """
+
+    where = "localhost"
+
+    def __init__(self, extra_env: Mapping[str, str] | None = None):
+        self.env = {"PATH": FIXED_PATH, "LC_ALL": "C", **(extra_env or {})}
+
+    def find_tool(self, tool: str, tool_dir: str | None, timeout: float) -> str | None:
+        # Same rule as the base class, without forking `test` per directory.
+        dirs = [tool_dir] if tool_dir else FIXED_PATH.split(":")
+        for d in dirs:
+            path = os.path.join(d, tool)
+            if os.path.isfile(path) and os.access(path, os.X_OK):
+                return path
+        return None
+
+    def run(self, argv: Sequence[str], timeout: float, input: bytes | None = None) -> Result:
+        argv = _check_argv(argv)
+        try:
+            # A new session so a timeout kills the tool's children too (a
+            # hung `btrfs` may have forked helpers holding our pipes).
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
+                close_fds=True, start_new_session=True)
+        except FileNotFoundError:
+            raise errors.ToolMissing("local", argv[0]) from None
+        except PermissionError as e:
+            raise errors.CommandFailed(argv0=argv[0], status=126, stderr=str(e), argv=argv,
+                                       host=self.where) from None
+        try:
+            out, err = proc.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass  # a grandchild left the session holding our pipes; give up on them
+            raise errors.Timeout(what=" ".join(argv[:3]), seconds=timeout) from None
+        return Result(proc.returncode, out, err)

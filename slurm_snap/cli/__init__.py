@@ -1,0 +1,71 @@
+"""The `slurm-snap` command: a click group, one module per command.
+
+main() is the one boundary where SnapError becomes an exit code and a single
+line on stderr; anything else escaping is a bug and exits INTERNAL with the
+traceback kept for the report.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from .. import __version__, errors
+from .context import Ctx
+
+# name -> module under slurm_snap.cli; each module defines `command`.
+# Only commands that work are listed here.
+COMMANDS = {
+    "config": "config_cmd",
+    "db": "db_cmd",
+    "hook": "hook_cmd",
+}
+
+
+class LazyGroup(click.Group):
+    """Import a command's module only when it runs: the hooks' hot path must
+    not pay for report formatting or paramiko."""
+
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        mod = COMMANDS.get(name)
+        if mod is None:
+            return None
+        return importlib.import_module(f"{__name__}.{mod}").command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="slurm-snap")
+@click.option("--config", "config_path", metavar="PATH", envvar="SLURM_SNAP_CONFIG",
+              help="Configuration file [default: /etc/slurm-snap/slurm-snap.toml].")
+@click.option("-v", "--verbose", count=True, help="More detail on stderr; repeat for debug.")
+@click.pass_context
+def cli(ctx, config_path, verbose):
+    """Application-consistent snapshots of Slurm jobs' storage."""
+    ctx.obj = Ctx(config_path=config_path, verbose=verbose)
+
+
+def main(argv=None) -> int:
+    try:
+        cli.main(args=argv, prog_name="slurm-snap", standalone_mode=False)
+        return 0
+    except errors.SnapError as exc:
+        click.echo(f"slurm-snap: {exc}", err=True)
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return errors.USAGE
+    except click.exceptions.Abort:
+        click.echo("slurm-snap: aborted", err=True)
+        return errors.INTERNAL
+    except (BrokenPipeError, KeyboardInterrupt):
+        return errors.INTERNAL
+
+
+def entry() -> None:
+    sys.exit(main())

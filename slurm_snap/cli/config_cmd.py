@@ -1,0 +1,55 @@
+"""`slurm-snap config check`: validate the file and print the effective configuration."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from .. import config as config_mod
+from .. import errors
+
+
+@click.group("config")
+def command():
+    """Inspect the configuration."""
+
+
+@command.command("check")
+@click.option("--config", "path", metavar="PATH", help="File to check (overrides the global --config).")
+@click.option("--json", "as_json", is_flag=True, help="Print the effective configuration as JSON.")
+@click.option("--tools/--no-tools", default=False,
+              help="Also build every volume class's backend, which checks that its tools exist.")
+@click.pass_obj
+def check(ctx, path, as_json, tools):
+    """Validate the configuration; print the effective values."""
+    cfg = config_mod.load(path or ctx.config_path)
+    from ..backends.registry import default_registry
+
+    for vc in cfg.volume_classes:
+        # Options are checked without running anything; tools only with --tools.
+        try:
+            default_registry().backend_class(vc.backend).parse_options(vc.options)
+        except errors.SnapError as exc:
+            raise errors.ConfigError(path=cfg.path, key=f"volume_class {vc.name!r}", why=str(exc)) from None
+    if tools:
+        from ..backends.factory import backend_for_class
+
+        for vc in cfg.volume_classes:
+            backend_for_class(cfg, vc, node=None)
+    data = config_mod.as_dict(cfg)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    click.echo(f"# {cfg.path}: valid")
+    for section, values in data.items():
+        if section == "path":
+            continue
+        if section == "volume_class":
+            for vc in values:
+                click.echo(f"[[volume_class]]  # {vc['name']}")
+                for k, v in vc.items():
+                    click.echo(f"  {k} = {json.dumps(v)}")
+            continue
+        click.echo(f"[{section}]")
+        for k, v in values.items():
+            click.echo(f"  {k} = {json.dumps(v)}")

@@ -1,0 +1,85 @@
+"""`slurm-snap hook ...`: what the SPANK plugin and the Prolog/Epilog entry
+points exec. Exit status follows the hook failure policy (hooks/policy.py)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .. import errors
+
+
+@click.group("hook")
+def command():
+    """Entry points for Slurm (not for interactive use)."""
+
+
+@command.command("validate-options")
+@click.option("--volumes", default=None, help="The --snapshot-volumes value as given.")
+@click.option("--consistency", default="app", show_default=True)
+@click.option("--resume-cmd", default="", help="The --snapshot-resume-cmd value as given.")
+@click.pass_obj
+def validate_options(ctx, volumes, consistency, resume_cmd):
+    """Check submit-time options (run by the SPANK plugin inside sbatch, as the user)."""
+    from ..hooks.volumes import validate_submit
+
+    if volumes is not None and volumes.strip() == "":
+        raise errors.BadValueError(what="--snapshot-volumes", value=volumes, why="empty list")
+    items = volumes.split(",") if volumes else []
+    if len(resume_cmd) > 4096 or any(ord(c) < 0x20 for c in resume_cmd):
+        raise errors.BadValueError(what="--snapshot-resume-cmd", value=resume_cmd[:80],
+                                   why="longer than 4096 characters or contains control characters")
+    declared = validate_submit(ctx.config, items, consistency)
+    # Result on stdout, one KEY=VALUE per line: the plugin copies these into
+    # the job's environment so ranks find the barrier area and the signal.
+    click.echo(f"SLURM_SNAP_BARRIER_DIR={ctx.config.paths.barrier_dir}")
+    click.echo(f"SLURM_SNAP_SIGNAL={ctx.config.protocol.checkpoint_signal}")
+    click.echo(f"SLURM_SNAP_CLASSES={','.join(sorted({d.vc.name for d in declared}))}")
+
+
+def _make(name):
+    @click.pass_obj
+    def _cmd(ctx):
+        _run(ctx, name)
+
+    _cmd.__doc__ = f"Run as Slurm's {name} for an opted-in job."
+    return click.command(name)(_cmd)
+
+
+def _run(ctx, name):
+    from ..hooks.jobhooks import HOOKS
+    from ..hooks.policy import run_hook
+    from ..slurm.jobenv import from_environ
+
+    if name not in HOOKS:
+        raise errors.BadValueError(what="hook", value=name, why=f"one of {', '.join(sorted(HOOKS))}")
+    state = {"cfg": None, "job": None, "inv": None}
+
+    def body():
+        state["cfg"] = ctx.config
+        job = state["job"] = from_environ()
+        if not job.opted_in:
+            return "job did not opt in"
+        state["inv"] = ctx.inventory
+        return HOOKS[name](state["cfg"], state["inv"], job)
+
+    def record_failure(hook, detail):
+        if state["inv"] is not None and state["job"] is not None:
+            with state["inv"].session() as repo:
+                repo.event("hook-failed", f"{hook}: {detail}", job_id=state["job"].job_id,
+                           node=state["job"].node, level="error")
+
+    try:
+        cfg = ctx.config
+    except errors.SnapError as exc:  # no config: still never drain the node by default
+        print(f"slurm-snap: {name}: {exc} (policy open)", file=sys.stderr)
+        raise click.exceptions.Exit(0)
+    raw_id = os.environ.get("SLURM_JOB_ID", "")
+    job_id = int(raw_id) if raw_id.isdigit() else None
+    status = run_hook(name, body, cfg=cfg, job_id=job_id, record_failure=record_failure)
+    raise click.exceptions.Exit(status)
+
+
+for _name in ("prolog", "epilog", "prolog-slurmctld", "epilog-slurmctld"):
+    command.add_command(_make(_name))

@@ -1,0 +1,299 @@
+"""Load and validate slurm-snap's one TOML configuration file.
+
+The file is read once per process into frozen dataclasses. Every key is known:
+an unknown key or a wrong type is a ConfigError naming the key and the file,
+because a typo in a hook's configuration would otherwise surface only at
+preemption time, which is the worst moment to learn about it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal as _signal
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError
+
+DEFAULT_PATH = "/etc/slurm-snap/slurm-snap.toml"
+ENV_VAR = "SLURM_SNAP_CONFIG"
+
+SCOPES = ("node-local", "shared")
+POLICIES = ("open", "closed")
+CONSISTENCIES = ("app", "crash")
+
+
+@dataclass(frozen=True)
+class InventoryConfig:
+    # SQLite must sit on a local disk of the host that runs the coordinator and
+    # the slurmctld hooks; PostgreSQL/MariaDB URLs may be written from any host.
+    url: str = "sqlite:////var/lib/slurm-snap/inventory.db"
+    busy_timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    allowed_roots: tuple[str, ...] = ()
+    # On a filesystem every node of a job sees: ranks write acknowledgements
+    # here and the coordinator watches one directory instead of N nodes.
+    barrier_dir: str = "/var/spool/slurm-snap/barriers"
+    # Spare namespace where restore drills put their clones; never a live volume.
+    restore_root: str = "/var/tmp/slurm-snap-restore"
+    log_dir: str = "/var/log/slurm-snap"
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    checkpoint_signal: str = "SIGUSR1"
+    # Label a set crash-consistent when barriers are missing, instead of failing it.
+    allow_crash_consistent: bool = True
+    default_consistency: str = "app"
+    # Seconds asked of Slurm for --signal at submit (cli_filter); 0 = the partition's GraceTime.
+    grace: int = 0
+
+
+@dataclass(frozen=True)
+class TimeoutsConfig:
+    barrier: float = 60.0
+    backend_call: float = 30.0
+    hook_budget: float = 25.0
+    restore: float = 900.0
+    slurm_command: float = 10.0
+
+
+@dataclass(frozen=True)
+class HooksConfig:
+    failure_policy: str = "open"
+
+
+@dataclass(frozen=True)
+class AccessConfig:
+    operator_users: tuple[str, ...] = ("root",)
+    operator_group: str = ""
+
+
+@dataclass(frozen=True)
+class SshConfig:
+    user: str = "root"
+    key: str = "/etc/slurm-snap/id_ed25519"
+    known_hosts: str = "/etc/slurm-snap/known_hosts"
+    port: int = 22
+    connect_timeout: float = 10.0
+    # How to reach a compute node by its Slurm name; "{node}" is replaced.
+    host_template: str = "{node}"
+
+
+@dataclass(frozen=True)
+class RestoreConfig:
+    # Refuse a restore target outside the snapshot's site/region.
+    enforce_residency: bool = False
+    site: str = ""
+    region: str = ""
+
+
+@dataclass(frozen=True)
+class VolumeClass:
+    name: str
+    prefix: str
+    scope: str
+    backend: str
+    site: str = ""
+    region: str = ""
+    # Jobs that declare no volumes get every default class.
+    default: bool = False
+    # The Prolog creates a per-job volume "<prefix>/jobs/<job_id>" owned by the user.
+    per_job: bool = True
+    # "local" runs the backend's tools where the hook runs; "ssh" on `host`
+    # (shared scope) or on the job's node (node-local scope).
+    transport: str = "local"
+    host: str = ""
+    options: dict = field(default_factory=dict)
+
+    def prefix_for(self, node: str | None) -> str:
+        # "{node}" lets several slurmd on one host keep separate scratch trees
+        # (the dev cluster); on a real cluster the prefix is the same everywhere.
+        return self.prefix.replace("{node}", node or "")
+
+    def job_path(self, node: str | None, job_id: int) -> str:
+        return f"{self.prefix_for(node)}/jobs/{job_id}"
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    inventory: InventoryConfig = InventoryConfig()
+    paths: PathsConfig = PathsConfig()
+    protocol: ProtocolConfig = ProtocolConfig()
+    timeouts: TimeoutsConfig = TimeoutsConfig()
+    hooks: HooksConfig = HooksConfig()
+    access: AccessConfig = AccessConfig()
+    ssh: SshConfig = SshConfig()
+    restore: RestoreConfig = RestoreConfig()
+    volume_classes: tuple[VolumeClass, ...] = ()
+
+    def volume_class(self, name: str) -> VolumeClass | None:
+        for vc in self.volume_classes:
+            if vc.name == name:
+                return vc
+        return None
+
+    @property
+    def signal_number(self) -> int:
+        return int(getattr(_signal, self.protocol.checkpoint_signal))
+
+
+_SECTIONS = {
+    "inventory": InventoryConfig,
+    "paths": PathsConfig,
+    "protocol": ProtocolConfig,
+    "timeouts": TimeoutsConfig,
+    "hooks": HooksConfig,
+    "access": AccessConfig,
+    "ssh": SshConfig,
+    "restore": RestoreConfig,
+}
+
+
+def default_path() -> str:
+    return os.environ.get(ENV_VAR) or DEFAULT_PATH
+
+
+def load(path: str | os.PathLike | None = None) -> Config:
+    path = str(path or default_path())
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(path=path, key="(file)", why="no such file") from None
+    except OSError as exc:
+        raise ConfigError(path=path, key="(file)", why=exc.strerror or str(exc)) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path=path, key="(file)", why=f"not UTF-8 at byte {exc.start}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path=path, key="(syntax)", why=str(exc)) from None
+    return from_dict(data, path)
+
+
+def from_dict(data: dict, path: str = "<memory>") -> Config:
+    kwargs: dict = {"path": path}
+    for key, value in data.items():
+        if key in _SECTIONS:
+            kwargs[key] = _build(_SECTIONS[key], value, path, key)
+        elif key == "volume_class":
+            if not isinstance(value, list):
+                raise ConfigError(path=path, key=key, why="must be an array of tables ([[volume_class]])")
+            kwargs["volume_classes"] = tuple(
+                _build(VolumeClass, item, path, f"volume_class[{i}]") for i, item in enumerate(value)
+            )
+        else:
+            raise ConfigError(path=path, key=key, why="unknown key")
+    cfg = Config(**kwargs)
+    _check_semantics(cfg)
+    return cfg
+
+
+def _build(cls, value, path: str, where: str):
+    if not isinstance(value, dict):
+        raise ConfigError(path=path, key=where, why="must be a table")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, item in value.items():
+        if key not in names:
+            raise ConfigError(path=path, key=f"{where}.{key}", why="unknown key")
+        kwargs[key] = _coerce(hints[key], item, path, f"{where}.{key}")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required key is missing
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.name not in kwargs and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        raise ConfigError(path=path, key=f"{where}.{missing[0] if missing else '?'}",
+                          why="required key missing") from exc
+
+
+def _coerce(hint, item, path: str, key: str):
+    def bad(expected: str):
+        return ConfigError(path=path, key=key, why=f"expected {expected}, got {type(item).__name__} {item!r}")
+
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        if not isinstance(item, bool):
+            raise bad("a boolean")
+        return item
+    if hint is int:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise bad("an integer")
+        return item
+    if hint is float:
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise bad("a number")
+        return float(item)
+    if hint is str:
+        if not isinstance(item, str):
+            raise bad("a string")
+        return item
+    if hint is dict:
+        if not isinstance(item, dict):
+            raise bad("a table")
+        return item
+    if origin is tuple:
+        if not isinstance(item, list) or not all(isinstance(x, str) for x in item):
+            raise bad("an array of strings")
+        return tuple(item)
+    if origin in (typing.Union, types.UnionType):
+        raise bad(str(hint))
+    raise bad(str(hint))
+
+
+def _check_semantics(cfg: Config) -> None:
+    p = cfg.path
+    if cfg.hooks.failure_policy not in POLICIES:
+        raise ConfigError(path=p, key="hooks.failure_policy",
+                          why=f"{cfg.hooks.failure_policy!r} is not one of {', '.join(POLICIES)}")
+    if cfg.protocol.default_consistency not in CONSISTENCIES:
+        raise ConfigError(path=p, key="protocol.default_consistency",
+                          why=f"{cfg.protocol.default_consistency!r} is not one of {', '.join(CONSISTENCIES)}")
+    sig = cfg.protocol.checkpoint_signal
+    if not (sig.startswith("SIG") and isinstance(getattr(_signal, sig, None), int)) or sig in ("SIGKILL", "SIGSTOP"):
+        raise ConfigError(path=p, key="protocol.checkpoint_signal", why=f"{sig!r} is not a catchable signal name")
+    if cfg.protocol.grace < 0:
+        raise ConfigError(path=p, key="protocol.grace", why="must not be negative")
+    for name in ("barrier", "backend_call", "hook_budget", "restore", "slurm_command"):
+        if getattr(cfg.timeouts, name) <= 0:
+            raise ConfigError(path=p, key=f"timeouts.{name}", why="must be positive")
+    for key in ("barrier_dir", "restore_root", "log_dir"):
+        if not os.path.isabs(getattr(cfg.paths, key)):
+            raise ConfigError(path=p, key=f"paths.{key}", why=f"{getattr(cfg.paths, key)!r} is not absolute")
+    for i, root in enumerate(cfg.paths.allowed_roots):
+        if not os.path.isabs(root) or ".." in root.split("/"):
+            raise ConfigError(path=p, key=f"paths.allowed_roots[{i}]", why=f"{root!r} is not a clean absolute path")
+    if not 0 < cfg.ssh.port < 65536:
+        raise ConfigError(path=p, key="ssh.port", why=f"{cfg.ssh.port} is not a TCP port")
+    seen = set()
+    for i, vc in enumerate(cfg.volume_classes):
+        where = f"volume_class[{i}]"
+        if not vc.name or not vc.name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(path=p, key=f"{where}.name", why=f"{vc.name!r} must be letters, digits, - or _")
+        if vc.name in seen:
+            raise ConfigError(path=p, key=f"{where}.name", why=f"duplicate volume class {vc.name!r}")
+        seen.add(vc.name)
+        if vc.scope not in SCOPES:
+            raise ConfigError(path=p, key=f"{where}.scope", why=f"{vc.scope!r} is not one of {', '.join(SCOPES)}")
+        if not vc.prefix.startswith("/") or ".." in vc.prefix.split("/"):
+            raise ConfigError(path=p, key=f"{where}.prefix", why=f"{vc.prefix!r} is not a clean absolute path")
+        if "{node}" in vc.prefix and vc.scope != "node-local":
+            raise ConfigError(path=p, key=f"{where}.prefix", why="{node} is only meaningful for node-local classes")
+        if vc.transport not in ("local", "ssh"):
+            raise ConfigError(path=p, key=f"{where}.transport", why=f"{vc.transport!r} is not local or ssh")
+
+
+def as_dict(cfg: Config) -> dict:
+    """The effective configuration, for `config check` and the doctor."""
+    out = dataclasses.asdict(cfg)
+    out["volume_class"] = out.pop("volume_classes")
+    return out

@@ -1,0 +1,144 @@
+"""The one error tree of slurm-snap.
+
+Every error a user or admin can cause is a subclass of SnapError with a message
+template and an exit code. Library code raises these; the CLI maps them to an
+exit status at one boundary (slurm_snap.cli.main). Anything else escaping is a
+bug and exits with INTERNAL.
+"""
+from __future__ import annotations
+
+# Exit codes are part of the interface: scripts and hooks test them. The README
+# lists them; never renumber.
+OK = 0
+INTERNAL = 1
+USAGE = 2
+CONFIG = 3
+PERMISSION = 4
+NOT_FOUND = 5
+CONFLICT = 6
+BACKEND = 7
+TIMEOUT = 8
+INVENTORY = 9
+UNSUPPORTED = 10
+
+EXIT_CODES = {
+    OK: "success",
+    INTERNAL: "internal error (a bug: please report it)",
+    USAGE: "bad command-line argument or input value",
+    CONFIG: "configuration file invalid or inconsistent with the system",
+    PERMISSION: "not allowed: the caller is neither the job's owner nor an operator",
+    NOT_FOUND: "job, set, volume or snapshot not found",
+    CONFLICT: "conflict: another operation holds the job or volume, or a state change is not allowed",
+    BACKEND: "a snapshot backend's tool failed",
+    TIMEOUT: "a deadline passed (barrier, backend call, restore drill)",
+    INVENTORY: "the inventory database is unreachable or failed",
+    UNSUPPORTED: "the backend does not support this operation",
+}
+
+
+class SnapError(Exception):
+    """Base of every expected error. `template` is formatted with the kwargs."""
+
+    exit_code = INTERNAL
+    template = "{message}"
+
+    def __init__(self, message: str | None = None, **kwargs):
+        self.kwargs = kwargs
+        if message is None:
+            try:
+                message = self.template.format(**kwargs)
+            except (KeyError, IndexError):
+                message = f"{self.template} {kwargs}"
+        self.message = message
+        super().__init__(message)
+
+    def __str__(self) -> str:  # one line, no traceback, for the CLI
+        return self.message
+
+
+class UsageError(SnapError):
+    exit_code = USAGE
+
+
+class BadValueError(UsageError):
+    """A user-supplied value is wrong; the message names the value."""
+
+    template = "invalid {what} {value!r}: {why}"
+
+
+class PathError(BadValueError):
+    template = "invalid path {value!r}: {why}"
+
+    def __init__(self, value, why: str):
+        super().__init__(what="path", value=value, why=why)
+
+
+class ConfigError(SnapError):
+    exit_code = CONFIG
+    template = "{path}: {key}: {why}"
+
+
+class PermissionDenied(SnapError):
+    exit_code = PERMISSION
+    template = "permission denied: {why}"
+
+
+class NotFound(SnapError):
+    exit_code = NOT_FOUND
+    template = "{what} {value!r} not found"
+
+
+class Conflict(SnapError):
+    exit_code = CONFLICT
+
+
+class InvalidTransition(Conflict):
+    template = "snapshot set {set_id}: state change {old} -> {new} is not allowed"
+
+
+class Busy(Conflict):
+    template = "{what} {value!r} is busy: {why}"
+
+
+class AlreadyExists(Conflict):
+    template = "{what} {value!r} already exists"
+
+
+class SnapshotCollision(Conflict):
+    template = "{backend}: snapshot name {name!r} is already used by {other!r}, not {volume!r}"
+
+
+class BackendError(SnapError):
+    exit_code = BACKEND
+    template = "{backend}: {why}"
+
+
+class ToolMissing(BackendError):
+    exit_code = CONFIG
+    template = "{backend}: required tool {tool!r} not found{where}"
+
+    def __init__(self, backend: str, tool: str, where: str = ""):
+        super().__init__(backend=backend, tool=tool, where=f" on {where}" if where else "")
+
+
+class CommandFailed(BackendError):
+    template = "{argv0} exited with status {status}: {stderr}"
+
+
+class Unsupported(SnapError):
+    exit_code = UNSUPPORTED
+    template = "{backend} does not support {verb}"
+
+
+class Timeout(SnapError):
+    exit_code = TIMEOUT
+    template = "{what} did not finish within {seconds:g} s"
+
+
+class TransportError(BackendError):
+    template = "{host}: {why}"
+
+
+class InventoryError(SnapError):
+    exit_code = INVENTORY
+    template = "inventory {url}: {why}"

@@ -1,0 +1,142 @@
+"""What each Slurm hook does for an opted-in job.
+
+  PrologSlurmctld  (controller, root)  record the job run and every volume on every node
+  Prolog           (each node, root)   prepare this node's volumes and the barrier directory;
+                                       a requeued run gets resume.json
+  EpilogSlurmctld  (controller, root)  at preemption, open the set (requested at PreemptTime)
+  Epilog           (each node, root)   at preemption, cut this node's volumes, record, finalize
+
+Each is idempotent (Slurm may run a hook twice) and runs under hooks.policy.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from .. import paths
+from ..config import Config
+from ..errors import PathError, Unsupported
+from ..inventory.repository import Inventory, VolumeSpec
+from ..slurm.jobenv import JobEnv
+from . import barrierdir
+from .volumes import parse_declaration, specs_for_job
+
+log = logging.getLogger(__name__)
+
+
+def _record(cfg: Config, inv: Inventory, job: JobEnv, *, prepared_node: str | None = None,
+            prepared_paths=()) -> list[VolumeSpec]:
+    declared = parse_declaration(cfg, job.volumes)
+    specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
+    with inv.session() as repo:
+        run = repo.record_job_run(job_id=job.job_id, restart_count=job.restart_count, user_name=job.user,
+                                  uid=job.uid, partition=job.partition, nodes=job.nodes, options=job.options())
+        repo.add_volumes(run, specs)
+        if prepared_paths:
+            repo.add_volumes(run, [s for s in specs if (s.node, s.path) in prepared_paths], prepared=True)
+        repo.event("hook", f"recorded {len(specs)} volumes on {len(job.nodes)} nodes"
+                   + (f"; prepared {len(prepared_paths)} on {prepared_node}" if prepared_node else ""),
+                   job_id=job.job_id, node=job.node)
+    return specs
+
+
+def prolog_slurmctld(cfg: Config, inv: Inventory, job: JobEnv) -> str:
+    specs = _record(cfg, inv, job)
+    return f"recorded {len(specs)} volumes"
+
+
+def prolog(cfg: Config, inv: Inventory, job: JobEnv) -> str:
+    declared = parse_declaration(cfg, job.volumes)
+    specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
+    mine = [s for s in specs if s.node == job.node or (s.scope == "shared" and job.node == job.head_node)]
+    per_job = {(d.vc.name) for d in declared if d.rel is None}
+    done = set()
+    for spec in mine:
+        _prepare_volume(cfg, spec, job, create=spec.volume_class in per_job and _is_class_path(cfg, spec, job))
+        done.add((spec.node, spec.path))
+    barrierdir.prepare(cfg.paths.barrier_dir, job.job_id, job.uid, job.gid)
+    barrierdir.write_json(barrierdir.job_dir(cfg.paths.barrier_dir, job.job_id), "job.json", {
+        "job_id": job.job_id, "restart_count": job.restart_count, "user": job.user, "nodes": list(job.nodes),
+        "signal": cfg.protocol.checkpoint_signal,
+        "volumes": [{"class": s.volume_class, "scope": s.scope, "node": s.node or None, "path": s.path}
+                    for s in specs]}, gid=job.gid)
+    _record(cfg, inv, job, prepared_node=job.node, prepared_paths=done)
+    resumed = ""
+    if job.restart_count > 0 and job.node == job.head_node:
+        from ..protocol import preempt
+
+        info = preempt.prepare_resume(cfg, inv, job)
+        resumed = f"; resume point: {info}" if info else "; no app-consistent set to resume from"
+    return f"prepared {len(mine)} volumes on {job.node}{resumed}"
+
+
+def _is_class_path(cfg: Config, spec: VolumeSpec, job: JobEnv) -> bool:
+    vc = cfg.volume_class(spec.volume_class)
+    return vc is not None and spec.path == vc.job_path(spec.node or None, job.job_id)
+
+
+def _prepare_volume(cfg: Config, spec: VolumeSpec, job: JobEnv, *, create: bool) -> None:
+    """Per-job volumes are created owned by the user; declared paths must already
+    be theirs. Either way nothing below an allowed root is reached through a link."""
+    vc = cfg.volume_class(spec.volume_class)
+    roots = tuple(cfg.paths.allowed_roots) or (vc.prefix_for(spec.node or None),)
+    r = paths.resolve(spec.path, roots, must_exist=not create)
+    if r.exists:
+        if r.uid != job.uid and create is False:
+            raise PathError(spec.path, f"owned by uid {r.uid}, not by the job's user {job.user} (uid {job.uid})")
+        return
+    parent = os.path.dirname(spec.path)
+    paths.resolve(vc.prefix_for(spec.node or None), roots, must_exist=True)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    paths.resolve(parent, roots, must_exist=True)
+    from ..backends.factory import backend_for_class
+
+    backend = backend_for_class(cfg, vc, spec.node or None, local=True)
+    try:
+        backend.create_volume(spec.path)
+    except (Unsupported, AttributeError):
+        os.mkdir(spec.path, 0o750)
+    os.chown(spec.path, job.uid, job.gid, follow_symlinks=False)
+    os.chmod(spec.path, 0o750)
+
+
+def _preempt_time(cfg: Config, job: JobEnv) -> int:
+    from ..slurm import commands
+
+    try:
+        return commands.squeue_job(job.job_id, timeout=cfg.timeouts.slurm_command).preempt_time
+    except Exception as exc:  # the job may already be gone from squeue
+        log.warning("squeue for job %s failed: %s", job.job_id, exc)
+        return 0
+
+
+def epilog_slurmctld(cfg: Config, inv: Inventory, job: JobEnv) -> str:
+    if not job.on_preempt:
+        return "not --snapshot-on-preempt"
+    t = _preempt_time(cfg, job)
+    if not t:
+        return "not preempted"
+    from ..protocol import preempt
+
+    preempt.epilogslurmctld_mark(cfg, inv, job, t)
+    return f"preempted at {t}: set opened"
+
+
+def epilog(cfg: Config, inv: Inventory, job: JobEnv) -> str:
+    if not job.on_preempt:
+        return "not --snapshot-on-preempt"
+    t = _preempt_time(cfg, job)
+    if not t:
+        return "not preempted"
+    from ..protocol import preempt
+
+    result = preempt.epilog_cut(cfg, inv, job)
+    return f"preempted at {t}: {result}"
+
+
+HOOKS = {
+    "prolog": prolog,
+    "epilog": epilog,
+    "prolog-slurmctld": prolog_slurmctld,
+    "epilog-slurmctld": epilog_slurmctld,
+}

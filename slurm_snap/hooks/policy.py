@@ -1,0 +1,83 @@
+"""The one failure policy every hook runs under.
+
+A non-zero Prolog or Epilog drains the node, and a drained node costs a site
+far more than a missing snapshot. So by default (`open`) a hook that fails
+records why (stderr, which slurmd logs, the hook log file, and an inventory
+event when the inventory is reachable) and exits 0. `closed` makes it exit 1,
+for sites that prefer to fail the job over running it unprotected.
+
+Every hook also has a time budget well under Slurm's timeouts: SIGALRM ends a
+hook that overruns, under the same policy.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import sys
+import traceback
+from typing import Callable
+
+from ..errors import SnapError, Timeout
+
+log = logging.getLogger("slurm_snap.hooks")
+
+
+class _Budget(BaseException):
+    """BaseException so no `except Exception` inside a hook swallows it."""
+
+
+def run_hook(name: str, body: Callable[[], str | None], *, cfg=None, job_id: int | None = None,
+             node: str = "", record_failure: Callable[[str, str], None] | None = None) -> int:
+    policy = cfg.hooks.failure_policy if cfg is not None else "open"
+    budget = cfg.timeouts.hook_budget if cfg is not None else 25.0
+
+    def on_alarm(_sig, _frame):
+        raise _Budget()
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, budget)
+    try:
+        summary = body()
+        _log_line(cfg, name, job_id, node, "ok", summary or "")
+        return 0
+    except _Budget:
+        err: BaseException = Timeout(what=f"hook {name}", seconds=budget)
+        detail = str(err)
+    except SnapError as exc:
+        err, detail = exc, str(exc)
+    except Exception as exc:  # a bug: keep the traceback in the log, never drain silently
+        err, detail = exc, f"internal error: {exc.__class__.__name__}: {exc}"
+        _log_line(cfg, name, job_id, node, "traceback", traceback.format_exc())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+    print(f"slurm-snap: {name} job {job_id}: {detail} (policy {policy})", file=sys.stderr)
+    _log_line(cfg, name, job_id, node, "failed", detail)
+    if record_failure is not None:
+        try:
+            record_failure(name, detail)
+        except Exception as exc:  # inventory down: the log line above is the record
+            _log_line(cfg, name, job_id, node, "failed", f"could not record in inventory: {exc}")
+    return 1 if policy == "closed" else 0
+
+
+def _log_line(cfg, name, job_id, node, status, message) -> None:
+    """Append one JSON line to <log_dir>/hooks.log; never raises."""
+    if cfg is None:
+        return
+    try:
+        os.makedirs(cfg.paths.log_dir, mode=0o750, exist_ok=True)
+        rec = {"at": dt.datetime.now(dt.timezone.utc).isoformat(), "hook": name, "job_id": job_id,
+               "node": node, "status": status, "message": message, "pid": os.getpid()}
+        fd = os.open(os.path.join(cfg.paths.log_dir, "hooks.log"),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        try:
+            os.write(fd, (json.dumps(rec) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass

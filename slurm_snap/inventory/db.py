@@ -1,0 +1,174 @@
+"""Engine and session for the inventory, and schema migrations.
+
+SQLite is the default and must live on a local disk: WAL needs shared memory
+that network filesystems do not provide, so a SQLite file on NFS or Lustre is
+refused here rather than corrupted later.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+from pathlib import Path
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..errors import InventoryError
+
+# statfs f_type of filesystems where SQLite's locking and WAL are unsafe.
+NETWORK_FS = {
+    0x6969: "nfs",
+    0x0BD00BD0: "lustre",
+    0x47504653: "gpfs",
+    0x00C36400: "cephfs",
+    0xFF534D42: "cifs",
+    0xFE534D42: "smb2",
+    0x65735546: "fuse",
+    0x564C: "ncpfs",
+}
+
+
+def _statfs_type(path: str) -> int | None:
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return None
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on x86_64
+    if libc.statfs(os.fsencode(path), buf) != 0:
+        return None
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+
+
+def network_fs_of(path: str) -> str | None:
+    """Name of the network filesystem `path` (or its nearest existing parent) is on."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return NETWORK_FS.get(_statfs_type(str(p)) or 0)
+
+
+def sqlite_path(url: str) -> str | None:
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return None
+    return u.database or ":memory:"
+
+
+def make_engine(url: str, *, busy_timeout: float = 30.0, create_dirs: bool = True) -> Engine:
+    try:
+        u = make_url(url)
+    except ArgumentError:
+        raise InventoryError(url=url, why="not a database URL") from None
+    if u.get_backend_name() == "sqlite":
+        return _sqlite_engine(url, u.database or ":memory:", busy_timeout, create_dirs)
+    try:
+        return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4,
+                             connect_args=_server_connect_args(u))
+    except (NoSuchModuleError, ModuleNotFoundError) as exc:
+        raise InventoryError(url=_redact(url), why=f"database driver missing ({exc})") from None
+
+
+def _server_connect_args(u) -> dict:
+    backend = u.get_backend_name()
+    if backend == "postgresql":
+        return {"connect_timeout": 10}
+    if backend in ("mysql", "mariadb"):
+        return {"connect_timeout": 10}
+    return {}
+
+
+def _sqlite_engine(url: str, database: str, busy_timeout: float, create_dirs: bool) -> Engine:
+    if database != ":memory:":
+        fs = network_fs_of(database)
+        if fs:
+            raise InventoryError(url=url, why=f"SQLite file is on a {fs} filesystem; it must be on a local disk "
+                                              "(use PostgreSQL/MariaDB for a shared inventory)")
+        parent = os.path.dirname(os.path.abspath(database))
+        if create_dirs and not os.path.isdir(parent):
+            try:
+                os.makedirs(parent, mode=0o750, exist_ok=True)
+            except OSError as exc:
+                raise InventoryError(url=url, why=f"cannot create {parent}: {exc.strerror}") from None
+    engine = create_engine(url, connect_args={"timeout": busy_timeout, "isolation_level": None})
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn, _record):
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        # NORMAL is durable across process crashes in WAL mode; FULL only adds
+        # power-loss protection for the last transaction at a large fsync cost.
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+        if database != ":memory:":
+            _restrict_mode(database)
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn):
+        # Take the write lock up front: a deferred transaction that upgrades
+        # from read to write fails with "database is locked" instead of waiting.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _restrict_mode(database: str) -> None:
+    # The inventory maps every user's jobs to their data: not world-readable.
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            os.chmod(database + suffix, 0o600)
+
+
+def _redact(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def migrations_dir() -> str:
+    return str(Path(__file__).with_name("migrations"))
+
+
+def alembic_config(engine: Engine):
+    from alembic.config import Config as AlembicConfig
+
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", migrations_dir())
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> str:
+    """Create or migrate the schema; returns the revision now current."""
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
+    try:
+        command.upgrade(alembic_config(engine), revision)
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision() or ""
+    except DBAPIError as exc:
+        raise InventoryError(url=_redact(str(engine.url)), why=str(exc.orig).strip()) from None
+
+
+def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config(None)).get_current_head() or ""

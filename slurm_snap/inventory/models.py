@@ -1,0 +1,219 @@
+"""Inventory tables: SQLAlchemy 2.0 typed models.
+
+Portable across SQLite, PostgreSQL and MariaDB: no server-specific types or
+defaults; timestamps go through UTCDateTime because SQLite keeps no zone.
+Queries do not live here: see repository.py.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Optional
+
+from sqlalchemy import (JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text,
+                        TypeDecorator, UniqueConstraint)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class UTCDateTime(TypeDecorator):
+    """Store naive UTC, hand back aware UTC; refuse naive input (a local time
+    written by a node with another TZ would silently shift the timeline)."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass an aware UTC datetime")
+        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+
+    def process_result_value(self, value, dialect):
+        if value is None:
+            return None
+        return value.replace(tzinfo=dt.timezone.utc)
+
+
+intpk = Annotated[int, mapped_column(Integer, primary_key=True, autoincrement=True)]
+utc = Annotated[dt.datetime, mapped_column(UTCDateTime())]
+utc_opt = Annotated[Optional[dt.datetime], mapped_column(UTCDateTime(), nullable=True)]
+str64 = Annotated[str, mapped_column(String(64))]
+str255 = Annotated[str, mapped_column(String(255))]
+path_t = Annotated[str, mapped_column(String(4096))]
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class JobRun(Base):
+    """One run of a Slurm job: requeue keeps the job id and bumps restart_count."""
+
+    __tablename__ = "job_run"
+    __table_args__ = (UniqueConstraint("job_id", "restart_count", name="uq_job_run"),
+                      Index("ix_job_run_user", "user_name"))
+
+    id: Mapped[intpk]
+    job_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    user_name: Mapped[str64]
+    uid: Mapped[int] = mapped_column(Integer)
+    partition: Mapped[str64] = mapped_column(default="")
+    nodes: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[utc]
+
+    volumes: Mapped[list["Volume"]] = relationship(back_populates="job_run", cascade="all, delete-orphan",
+                                                   order_by="Volume.id")
+    sets: Mapped[list["SnapshotSet"]] = relationship(back_populates="job_run", order_by="SnapshotSet.id")
+
+    @property
+    def label(self) -> str:
+        return f"{self.job_id}.{self.restart_count}" if self.restart_count else str(self.job_id)
+
+
+class Volume(Base):
+    """A volume the job declared, one row per node for node-local scope."""
+
+    __tablename__ = "volume"
+    __table_args__ = (UniqueConstraint("job_run_id", "path", "node", name="uq_volume"),)
+
+    id: Mapped[intpk]
+    job_run_id: Mapped[int] = mapped_column(ForeignKey("job_run.id", ondelete="CASCADE"), index=True)
+    path: Mapped[path_t]
+    scope: Mapped[str] = mapped_column(String(16))
+    # Empty string, not NULL, for shared volumes: NULLs never collide in a unique key.
+    node: Mapped[str64] = mapped_column(default="")
+    volume_class: Mapped[str64]
+    backend: Mapped[str64]
+    site: Mapped[str64] = mapped_column(default="")
+    region: Mapped[str64] = mapped_column(default="")
+    prepared_at: Mapped[utc_opt]
+    created_at: Mapped[utc]
+
+    job_run: Mapped[JobRun] = relationship(back_populates="volumes")
+
+
+class SnapshotSet(Base):
+    """Every declared volume of a job cut as one set, with a timestamp per phase."""
+
+    __tablename__ = "snapshot_set"
+    __table_args__ = (UniqueConstraint("job_run_id", "epoch", name="uq_set_epoch"),
+                      Index("ix_set_state_requested", "state", "requested_at"),
+                      Index("ix_set_requested", "requested_at"))
+
+    id: Mapped[intpk]
+    job_run_id: Mapped[int] = mapped_column(ForeignKey("job_run.id"), index=True)
+    # Denormalized so report filters by job and user need no join.
+    job_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    user_name: Mapped[str64] = mapped_column(index=True)
+    epoch: Mapped[str64]
+    trigger: Mapped[str] = mapped_column(String(16))
+    wanted: Mapped[str] = mapped_column(String(16), default="app")
+    consistency: Mapped[str] = mapped_column(String(24), default="none")
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    # Who drives the set now: host:pid of the coordinator, for repair.
+    owner: Mapped[str255] = mapped_column(default="")
+    deadline: Mapped[utc_opt]
+    requested_at: Mapped[utc]
+    signalled_at: Mapped[utc_opt]
+    barrier_at: Mapped[utc_opt]
+    cut_started_at: Mapped[utc_opt]
+    cut_done_at: Mapped[utc_opt]
+    finished_at: Mapped[utc_opt]
+    verified_at: Mapped[utc_opt]
+    skew_seconds: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    checkpoint_step: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
+    manifest_ok: Mapped[Optional[bool]] = mapped_column(nullable=True)
+    expected_parts: Mapped[int] = mapped_column(Integer, default=0)
+    failed_nodes: Mapped[list[Any]] = mapped_column(JSON, default=list)
+
+    job_run: Mapped[JobRun] = relationship(back_populates="sets")
+    snapshots: Mapped[list["Snapshot"]] = relationship(back_populates="set", order_by="Snapshot.id")
+    acks: Mapped[list["BarrierAck"]] = relationship(back_populates="set", order_by="BarrierAck.id")
+    restore_tests: Mapped[list["RestoreTest"]] = relationship(back_populates="set", order_by="RestoreTest.id")
+
+
+class Snapshot(Base):
+    """One backend snapshot of one volume (on one node) inside a set."""
+
+    __tablename__ = "snapshot"
+    __table_args__ = (UniqueConstraint("set_id", "volume_id", name="uq_snapshot_part"),)
+
+    id: Mapped[intpk]
+    set_id: Mapped[int] = mapped_column(ForeignKey("snapshot_set.id"), index=True)
+    volume_id: Mapped[int] = mapped_column(ForeignKey("volume.id"))
+    backend: Mapped[str64]
+    name: Mapped[str255]
+    ref: Mapped[path_t]
+    path: Mapped[path_t] = mapped_column(default="")
+    node: Mapped[str64] = mapped_column(default="")
+    # CUT, DELETING, DELETED, MISSING
+    state: Mapped[str] = mapped_column(String(16), default="CUT")
+    cut_started_at: Mapped[utc]
+    cut_at: Mapped[utc]
+    site: Mapped[str64] = mapped_column(default="")
+    region: Mapped[str64] = mapped_column(default="")
+    # Whole-filesystem backends (Lustre) share one snapshot between sets cut together.
+    shared_key: Mapped[str255] = mapped_column(default="")
+    manifest_ok: Mapped[Optional[bool]] = mapped_column(nullable=True)
+    error: Mapped[str] = mapped_column(Text, default="")
+
+    set: Mapped[SnapshotSet] = relationship(back_populates="snapshots")
+    volume: Mapped[Volume] = relationship()
+
+
+class BarrierAck(Base):
+    """A rank's acknowledgement: it checkpointed, fsynced, and says what it wrote."""
+
+    __tablename__ = "barrier_ack"
+    __table_args__ = (UniqueConstraint("set_id", "node", "rank", name="uq_ack"),)
+
+    id: Mapped[intpk]
+    set_id: Mapped[int] = mapped_column(ForeignKey("snapshot_set.id"), index=True)
+    node: Mapped[str64]
+    rank: Mapped[int] = mapped_column(Integer)
+    local_rank: Mapped[int] = mapped_column(Integer, default=0)
+    local_size: Mapped[int] = mapped_column(Integer, default=1)
+    step: Mapped[int] = mapped_column(BigInteger)
+    written_at: Mapped[utc]
+    received_at: Mapped[utc]
+    manifest: Mapped[list[Any]] = mapped_column(JSON, default=list)
+
+    set: Mapped[SnapshotSet] = relationship(back_populates="acks")
+
+
+class RestoreTest(Base):
+    __tablename__ = "restore_test"
+
+    id: Mapped[intpk]
+    set_id: Mapped[int] = mapped_column(ForeignKey("snapshot_set.id"), index=True)
+    command: Mapped[str] = mapped_column(Text)
+    target: Mapped[path_t] = mapped_column(default="")
+    # RUNNING, PASSED, FAILED
+    result: Mapped[str] = mapped_column(String(16), default="RUNNING")
+    started_at: Mapped[utc]
+    finished_at: Mapped[utc_opt]
+    first_step: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
+    time_to_first_step: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    slurm_job_id: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
+
+    set: Mapped[SnapshotSet] = relationship(back_populates="restore_tests")
+
+
+class Event(Base):
+    """Append-only log: hook failures, phase changes, repairs."""
+
+    __tablename__ = "event"
+    __table_args__ = (Index("ix_event_job", "job_id"),)
+
+    id: Mapped[intpk]
+    at: Mapped[utc]
+    job_id: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
+    set_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    node: Mapped[str64] = mapped_column(default="")
+    kind: Mapped[str64]
+    level: Mapped[str] = mapped_column(String(8), default="info")
+    message: Mapped[str] = mapped_column(Text, default="")

@@ -1,0 +1,167 @@
+"""The spare namespace a drill restores into, and how it is cleaned up.
+
+    <restore_root>/<set>-<test>/            root-owned 0755: the user cannot rename or
+                                            replace the clones (cleanup runs as root)
+        drill.json                          what was (or is being) cloned, by whom (host, pid)
+        <class>[@<node>]/                   one writable clone per snapshot of the set
+        .marker/                            owned by the job's user, 0700: marker file,
+                                            --submit job script, spec and result
+
+drill.json is written before each clone is attempted, so a drill killed at
+any point leaves a record from which a later run removes every clone it may
+have made (`cleanup_namespace`); the clone verbs are idempotent in that
+direction (a missing clone is fine).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+
+from ..backends.base import Backend
+from ..backends.transport import LocalTransport
+from ..errors import BadValueError, BackendError
+from .parts import BackendFor
+
+STATE_FILE = "drill.json"
+MARKER_DIR = ".marker"
+MARKER_FILE = "first-step"
+BTRFS_ROOT_INODE = 256
+
+
+def namespace_path(base: str, set_id: int, test_id: int) -> str:
+    return os.path.join(base, f"{set_id}-{test_id}")
+
+
+def clone_name(volume_class: str, node: str, multi_node: bool) -> str:
+    return f"{volume_class}@{node}" if (node and multi_node) else volume_class
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+def read_state(ns: str) -> dict | None:
+    try:
+        with open(os.path.join(ns, STATE_FILE), "rb") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def write_state(ns: str, state: dict) -> None:
+    path = os.path.join(ns, STATE_FILE)
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(state, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def make_namespace(base: str, ns: str, uid: int, gid: int) -> str:
+    """Create the namespace (refusing an existing one) and the owner's marker dir."""
+    os.makedirs(base, mode=0o755, exist_ok=True)
+    os.mkdir(ns, 0o755)
+    os.chmod(ns, 0o755)  # whatever the umask
+    marker_dir = os.path.join(ns, MARKER_DIR)
+    os.mkdir(marker_dir, 0o700)
+    os.chown(marker_dir, uid, gid)
+    return marker_dir
+
+
+def _inside(path: str, ns: str) -> bool:
+    return path.startswith(ns.rstrip("/") + "/")
+
+
+def remove_clone(backend: Backend, path: str, ns: str) -> bool:
+    """Remove one writable clone through its backend; False if it was already gone.
+
+    Refuses anything that is not directly a real directory inside the
+    namespace: a crafted drill.json must not make root delete a live volume.
+    """
+    if not _inside(path, ns) or os.path.dirname(path.rstrip("/")) != ns.rstrip("/"):
+        raise BadValueError(what="clone path", value=path, why=f"is not directly inside the drill namespace {ns}")
+    delete_clone = getattr(backend, "delete_clone", None)
+    if callable(delete_clone):
+        return bool(delete_clone(path))
+    local = isinstance(backend.transport, LocalTransport)
+    if local:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            os.unlink(path)  # never follow it
+            return True
+    elif not backend.path_exists(path):
+        return False
+    if backend.name == "btrfs" and backend.inode(path) == BTRFS_ROOT_INODE:
+        # A btrfs clone is a writable subvolume: one ioctl, not a tree walk.
+        backend.run("btrfs", "subvolume", "delete", "--", path)
+        return True
+    if "rm" in backend.tools:
+        backend.run("rm", "-rf", "--", path)
+        return True
+    if local:
+        shutil.rmtree(path)
+        return True
+    raise BackendError(backend=backend.name, why=f"cannot remove clone {path} on {backend.transport.where}")
+
+
+def cleanup_namespace(ns: str, backend_for_clone) -> list[str]:
+    """Remove every clone drill.json lists, then the namespace. Returns errors (empty = clean).
+
+    `backend_for_clone(entry)` builds the backend of one drill.json clone entry.
+    """
+    errors: list[str] = []
+    state = read_state(ns) or {}
+    for entry in state.get("clones", []):
+        try:
+            remove_clone(backend_for_clone(entry), entry["path"], ns)
+        except Exception as exc:  # keep going: one stuck clone must not leave the others
+            errors.append(f"{entry.get('path')}: {exc}")
+    if errors:
+        return errors
+    try:
+        # Only our own files remain: the marker dir (user-owned content, no
+        # mounts, no subvolumes) and drill.json.
+        marker_dir = os.path.join(ns, MARKER_DIR)
+        if os.path.lexists(marker_dir):
+            shutil.rmtree(marker_dir)
+        leftovers = [n for n in os.listdir(ns) if n not in (STATE_FILE, STATE_FILE + ".tmp")]
+        if leftovers:
+            return [f"{ns}: not removed, unexpected entries {sorted(leftovers)}"]
+        for n in (STATE_FILE, STATE_FILE + ".tmp"):
+            if os.path.lexists(os.path.join(ns, n)):
+                os.unlink(os.path.join(ns, n))
+        os.rmdir(ns)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        errors.append(f"{ns}: {exc}")
+    return errors
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def resolver_for_entries(backend_for: BackendFor, rows_by_id: dict):
+    """backend_for_clone for cleanup_namespace, from the inventory's snapshot rows."""
+    def resolve(entry: dict) -> Backend:
+        row = rows_by_id.get(entry.get("snapshot_id"))
+        if row is None:
+            raise BadValueError(what="snapshot id", value=entry.get("snapshot_id"),
+                                why="listed in drill.json but not in the inventory")
+        return backend_for(row)
+    return resolve

@@ -1,0 +1,104 @@
+"""Slurm's own commands, run with an argv, absolute paths and a timeout.
+
+22.05 has no pyslurm build on PyPI, so this is the access layer. Hooks get no
+PATH, so commands are looked up in fixed directories, never through PATH.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from ..errors import CommandFailed, NotFound, Timeout, ToolMissing
+
+_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
+_SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def tool(name: str) -> str:
+    override = os.environ.get(f"SLURM_SNAP_{name.upper()}")
+    if override:
+        return override
+    for d in _BIN_DIRS:
+        p = os.path.join(d, name)
+        if os.access(p, os.X_OK):
+            return p
+    found = shutil.which(name, path=_SAFE_PATH)
+    if not found:
+        raise ToolMissing(backend="slurm", tool=name)
+    return found
+
+
+def run(argv: list[str], timeout: float = 10.0, env: dict | None = None) -> str:
+    full_env = {"PATH": _SAFE_PATH, "LC_ALL": "C"}
+    if "SLURM_CONF" in os.environ:
+        full_env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+    full_env.update(env or {})
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
+                              env=full_env, check=False)
+    except subprocess.TimeoutExpired:
+        raise Timeout(what=os.path.basename(argv[0]), seconds=timeout) from None
+    if proc.returncode != 0:
+        raise CommandFailed(argv0=os.path.basename(argv[0]), status=proc.returncode,
+                            stderr=proc.stderr.decode(errors="replace").strip()[-500:])
+    return proc.stdout.decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: int
+    user: str
+    uid: int
+    state: str
+    restart_count: int
+    preempt_time: int  # epoch seconds; 0 when never preempted
+    nodes: str
+    partition: str
+    batch_host: str
+
+
+def squeue_job(job_id: int, timeout: float = 10.0) -> JobInfo:
+    """The job's current record. 22.05 ignores -j with --json, so filter here."""
+    out = run([tool("squeue"), "--json"], timeout=timeout)
+    for job in json.loads(out).get("jobs", []):
+        if int(job.get("job_id", -1)) == int(job_id):
+            return JobInfo(
+                job_id=int(job["job_id"]), user=str(job.get("user_name", "")), uid=int(job.get("user_id", -1)),
+                state=str(job.get("job_state", "")), restart_count=int(job.get("restart_cnt", 0) or 0),
+                preempt_time=int(job.get("preempt_time", 0) or 0), nodes=str(job.get("nodes", "")),
+                partition=str(job.get("partition", "")), batch_host=str(job.get("batch_host", "")),
+            )
+    raise NotFound(what="Slurm job", value=str(job_id))
+
+
+def signal_job(job_id: int, signal_name: str, timeout: float = 10.0) -> None:
+    """One call delivers the signal to every task on every node (not per node)."""
+    sig = signal_name.removeprefix("SIG")
+    run([tool("scancel"), f"--signal={sig}", str(int(job_id))], timeout=timeout)
+
+
+def show_config(timeout: float = 10.0) -> dict[str, str]:
+    out = run([tool("scontrol"), "show", "config"], timeout=timeout)
+    cfg = {}
+    for line in out.splitlines():
+        if " = " in line:
+            k, v = line.split(" = ", 1)
+            cfg[k.strip()] = v.strip()
+    return cfg
+
+
+def show_partitions(timeout: float = 10.0) -> list[dict[str, str]]:
+    out = run([tool("scontrol"), "show", "partition", "-o"], timeout=timeout)
+    parts = []
+    for line in out.splitlines():
+        rec = {}
+        for tok in line.split():
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                rec[k] = v
+        if rec:
+            parts.append(rec)
+    return parts

@@ -1,0 +1,83 @@
+"""The job as the hooks see it: read from the environment Slurm gives
+Prolog/Epilog/PrologSlurmctld/EpilogSlurmctld and from the SPANK job-control
+variables our plugin set at submit time (docs/contracts.md)."""
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import dataclass, field
+
+from ..errors import BadValueError
+from . import hostlist
+
+SPANK = "SPANK_SLURM_SNAP"
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    job_id: int
+    restart_count: int
+    uid: int
+    gid: int
+    user: str
+    partition: str
+    nodes: tuple[str, ...]
+    node: str  # this hook's node; "" in the slurmctld hooks
+    opted_in: bool
+    on_preempt: bool
+    volumes: tuple[str, ...]
+    consistency: str
+    resume_cmd: str
+    exit_code: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def head_node(self) -> str:
+        return self.nodes[0] if self.nodes else self.node
+
+    def options(self) -> dict:
+        return {"on_preempt": self.on_preempt, "volumes": list(self.volumes),
+                "consistency": self.consistency, "resume_cmd": self.resume_cmd}
+
+
+def _int(env, key: str, default: int | None = None) -> int:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        if default is None:
+            raise BadValueError(what=f"hook environment variable {key}", value=raw, why="missing")
+        return default
+    if not raw.isdigit():
+        raise BadValueError(what=f"hook environment variable {key}", value=raw, why="not a number")
+    return int(raw)
+
+
+def from_environ(env=None) -> JobEnv:
+    env = os.environ if env is None else env
+    uid = _int(env, "SLURM_JOB_UID")
+    user = env.get("SLURM_JOB_USER") or _user_of(uid)
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    vols = env.get(f"{SPANK}_VOLUMES", "")
+    return JobEnv(
+        job_id=_int(env, "SLURM_JOB_ID"),
+        restart_count=_int(env, "SLURM_JOB_RESTART_COUNT", 0) if "SLURM_JOB_RESTART_COUNT" in env
+        else _int(env, "SLURM_RESTART_COUNT", 0),
+        uid=uid,
+        gid=_int(env, "SLURM_JOB_GID", 0),
+        user=user,
+        partition=env.get("SLURM_JOB_PARTITION", ""),
+        nodes=tuple(hostlist.expand(nodelist)) if nodelist else (),
+        node=env.get("SLURMD_NODENAME", ""),
+        opted_in=env.get(SPANK) == "1",
+        on_preempt=env.get(f"{SPANK}_ON_PREEMPT") == "1",
+        volumes=tuple(v for v in vols.split(",") if v) if vols else (),
+        consistency=env.get(f"{SPANK}_CONSISTENCY") or "app",
+        resume_cmd=env.get(f"{SPANK}_RESUME_CMD", ""),
+        exit_code=int(env["SLURM_JOB_EXIT_CODE"]) if env.get("SLURM_JOB_EXIT_CODE", "").isdigit() else None,
+    )
+
+
+def _user_of(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

@@ -1,0 +1,361 @@
+"""One conformance suite, run by every backend.
+
+Real filesystems: btrfs and xfs-reflink on loop devices, btrfs again through
+SshTransport against our own sshd. The zfs, lvm, lustre, gpfs and cephfs
+backends run against the fake CLIs in tests/fakes (documented argv, output and
+errors; not the real systems). Each case asserts the contract in base.py.
+"""
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pytest
+
+import fs as realfs
+from slurm_snap import errors
+from slurm_snap.backends.base import Backend
+from slurm_snap.backends.registry import get_backend
+from slurm_snap.backends.ssh import SshTransport
+from slurm_snap.backends.transport import LocalTransport
+
+btrfs_fs, xfs_fs, sshd = realfs.btrfs_fs, realfs.xfs_fs, realfs.sshd  # session fixtures
+
+FAKES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fakes")
+FAKE_ENV = "SLURM_SNAP_FAKE_STATE"
+ODD = "odd 'sq' \"dq\" $HOME;x&y|z*"  # shell metacharacters a quoting bug would trip over
+_seq = itertools.count()
+
+
+@dataclass
+class Harness:
+    """A backend plus what the suite needs to drive it."""
+
+    backend: Backend
+    volume: str
+    other_volume: str            # a second volume on the same backend instance
+    names: str                   # "collide" | "independent" | "shared" (same name, other volume)
+    odd_volume: str              # a volume whose name/path has unusual characters
+    clone_target: Callable[[str], str]
+    rebuild: Callable[..., Backend]  # (tool_dir=..., timeout=...) -> same backend kind
+    volume_dir: Callable[[str], str | None] = lambda v: None  # where the test can write volume files
+    enforced_ro: bool = False    # a real filesystem refuses writes (even from root)
+    teardown: list = field(default_factory=list)
+
+
+def _subvolume(path: str) -> str:
+    subprocess.run(["/usr/bin/btrfs", "subvolume", "create", path], check=True, capture_output=True)
+    return path
+
+
+def _btrfs(tmp_root: str, transport) -> Harness:
+    parent = os.path.join(tmp_root, f"t{next(_seq)}")
+    os.mkdir(parent)
+    vols = [_subvolume(os.path.join(parent, n)) for n in ("vol", "other", ODD)]
+
+    def make(**opts):
+        return get_backend("btrfs", opts, transport)
+
+    return Harness(make(), vols[0], vols[1], "collide", vols[2],
+                   lambda n: os.path.join(parent, f"clone-{n}"), make,
+                   volume_dir=lambda v: v, enforced_ro=True)
+
+
+def _xfs(tmp_root: str) -> Harness:
+    parent = os.path.join(tmp_root, f"t{next(_seq)}")
+    vols = [os.path.join(parent, n) for n in ("vol", "other", ODD)]
+    for v in vols:
+        os.makedirs(v)
+
+    def make(**opts):
+        return get_backend("xfs-reflink", opts, LocalTransport())
+
+    return Harness(make(), vols[0], vols[1], "collide", vols[2],
+                   lambda n: os.path.join(parent, f"clone-{n}"), make,
+                   volume_dir=lambda v: v, enforced_ro=True)
+
+
+def _fake_env(tmp_path) -> tuple[str, LocalTransport, Callable[..., None]]:
+    state = str(tmp_path / "state")
+    os.makedirs(state, exist_ok=True)
+    env = {FAKE_ENV: state}
+
+    def tool(*argv: str) -> None:  # test setup through the fake CLI itself
+        subprocess.run([os.path.join(FAKES, argv[0]), *argv[1:]], check=True, capture_output=True,
+                       env={"PATH": "/usr/bin:/bin", **env})
+
+    return state, LocalTransport(extra_env=env), tool
+
+
+def _zfs(tmp_path) -> Harness:
+    state, transport, tool = _fake_env(tmp_path)
+    vols = ["tank/vol", "tank/other", "tank/odd name:x.y-z"]
+    for v in vols:
+        tool("zfs", "create", v)
+
+    def make(**opts):
+        return get_backend("zfs", {"tool_dir": FAKES, **opts}, transport)
+
+    return Harness(make(), vols[0], vols[1], "independent", vols[2], lambda n: f"tank/clone-{n}", make,
+                   volume_dir=lambda v: os.path.join(state, "mnt", v))
+
+
+def _lvm(tmp_path) -> Harness:
+    state, transport, tool = _fake_env(tmp_path)
+    tool("vgcreate", "vg0", "/dev/fake")
+    vols = ["vg0/vol", "vg0/other", "vg0/odd+name.x_y-z"]
+    for v in vols:
+        tool("lvcreate", "-T", "vg0/pool", "-V", "1G", "-n", v.split("/")[1])
+
+    def make(**opts):
+        return get_backend("lvm", {"tool_dir": FAKES, **opts}, transport)
+
+    return Harness(make(), vols[0], vols[1], "collide", vols[2], lambda n: f"clone-{n}", make)
+
+
+def _lustre(tmp_path) -> Harness:
+    state, transport, tool = _fake_env(tmp_path)
+    tool("lctl", "__fake_mkfs", "fs1")
+
+    def make(**opts):
+        return get_backend("lustre", {"tool_dir": FAKES, "fsname": "fs1", "mountpoint": "/lustre/fs1", **opts},
+                           transport)
+
+    return Harness(make(), "/lustre/fs1/vol", "/lustre/fs1/other", "shared", f"/lustre/fs1/{ODD}",
+                   lambda n: f"/lustre/fs1/clone-{n}", make)
+
+
+def _gpfs(tmp_path) -> Harness:
+    state, transport, tool = _fake_env(tmp_path)
+    vols = ["vol", "other", "odd.name-x_y"]
+    for v in vols:
+        tool("mmcrfileset", "gpfs0", v)
+        tool("mmlinkfileset", "gpfs0", v, "-J", os.path.join(state, "gpfs0", v))
+
+    def make(**opts):
+        return get_backend("gpfs", {"tool_dir": FAKES, "device": "gpfs0", **opts}, transport)
+
+    return Harness(make(), vols[0], vols[1], "independent", vols[2], lambda n: f"clone-{n}", make,
+                   volume_dir=lambda v: os.path.join(state, "gpfs0", v))
+
+
+def _cephfs(tmp_path) -> Harness:
+    state, transport, tool = _fake_env(tmp_path)
+    root = os.path.join(state, "cephfs")
+    vols = [os.path.join(root, n) for n in ("vol", "other", ODD)]
+    for v in vols:
+        os.makedirs(v)
+
+    def make(**opts):
+        return get_backend("cephfs", {"tool_dir": os.path.join(FAKES, "ceph"), **opts}, transport)
+
+    return Harness(make(), vols[0], vols[1], "independent", vols[2], lambda n: os.path.join(root, f"clone-{n}"),
+                   make, volume_dir=lambda v: v)
+
+
+REAL = pytest.mark.integration
+BACKENDS = [
+    pytest.param("btrfs", marks=REAL),
+    pytest.param("btrfs-ssh", marks=REAL),
+    pytest.param("xfs-reflink", marks=REAL),
+    "zfs", "lvm", "lustre", "gpfs", "cephfs",
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def h(request, tmp_path) -> Harness:
+    kind = request.param
+    if kind == "btrfs":
+        return _btrfs(request.getfixturevalue("btrfs_fs").mountpoint, LocalTransport())
+    if kind == "btrfs-ssh":
+        server = request.getfixturevalue("sshd")
+        transport = SshTransport(server.host, port=server.port, user=server.user,
+                                 known_hosts=server.known_hosts, key_file=server.key_file)
+        request.addfinalizer(transport.close)
+        return _btrfs(request.getfixturevalue("btrfs_fs").mountpoint, transport)
+    if kind == "xfs-reflink":
+        return _xfs(request.getfixturevalue("xfs_fs").mountpoint)
+    return {"zfs": _zfs, "lvm": _lvm, "lustre": _lustre, "gpfs": _gpfs, "cephfs": _cephfs}[kind](tmp_path)
+
+
+def write(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# --------------------------------------------------------------------------- cases
+def test_create_is_idempotent(h: Harness):
+    first = h.backend.create(h.volume, "s1")
+    again = h.backend.create(h.volume, "s1")
+    assert again == first
+    assert (first.backend, first.volume, first.name) == (h.backend.name, h.volume, "s1")
+    assert h.backend.exists(first)
+    assert [r.name for r in h.backend.list(h.volume)] == ["s1"]
+
+
+def test_snapshot_content_is_frozen(h: Harness):
+    vdir = h.volume_dir(h.volume)
+    if vdir is None:
+        assert h.backend.create(h.volume, "s1").path is None  # block device / unmounted fs
+        return
+    write(os.path.join(vdir, "data"), b"before")
+    ref = h.backend.create(h.volume, "s1")
+    write(os.path.join(vdir, "data"), b"after")
+    write(os.path.join(vdir, "new"), b"new")
+    assert read(os.path.join(ref.path, "data")) == b"before"
+    assert not os.path.exists(os.path.join(ref.path, "new"))
+
+
+def test_snapshot_refuses_writes(h: Harness):
+    vdir = h.volume_dir(h.volume)
+    ref = h.backend.create(h.volume, "s1")
+    assert h.backend.capabilities.read_only
+    if vdir is None:
+        return
+    if h.enforced_ro:
+        for attempt in (lambda: write(os.path.join(ref.path, "data"), b"x"),
+                        lambda: os.mkdir(os.path.join(ref.path, "newdir"))):
+            with pytest.raises(OSError) as e:
+                attempt()
+            assert e.value.errno in (errno.EROFS, errno.EPERM, errno.EACCES)
+    else:  # fakes are plain directories: they can only mark the snapshot read-only
+        assert os.stat(ref.path).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) == 0
+
+
+def test_clone_is_writable_and_snapshot_stays_read_only(h: Harness):
+    vdir = h.volume_dir(h.volume)
+    if vdir:
+        write(os.path.join(vdir, "data"), b"before")
+    ref = h.backend.create(h.volume, "s1")
+    target = h.clone_target("c1")
+    if not h.backend.capabilities.can_clone:
+        with pytest.raises(errors.Unsupported):
+            h.backend.clone(ref, target)
+        return
+    path = h.backend.clone(ref, target)
+    with pytest.raises(errors.AlreadyExists):
+        h.backend.clone(ref, target)
+    if vdir is None:
+        assert path.startswith("/")
+        return
+    assert read(os.path.join(path, "data")) == b"before"
+    write(os.path.join(path, "data"), b"restored and changed")
+    write(os.path.join(path, "new"), b"new")
+    assert read(os.path.join(ref.path, "data")) == b"before"
+    if h.enforced_ro:
+        with pytest.raises(OSError):
+            write(os.path.join(ref.path, "data"), b"x")
+    assert h.backend.exists(ref)
+
+
+def test_delete_missing_snapshot_returns_false(h: Harness):
+    ref = h.backend.create(h.volume, "s1")
+    assert h.backend.delete(ref) is True
+    assert not h.backend.exists(ref)
+    assert h.backend.delete(ref) is False
+    assert h.backend.list(h.volume) == []
+    # The volume itself is untouched by deleting its snapshot.
+    assert h.backend.create(h.volume, "s2").name == "s2"
+
+
+def test_same_name_on_another_volume(h: Harness):
+    mine = h.backend.create(h.volume, "s1")
+    if h.names == "collide":
+        with pytest.raises(errors.SnapshotCollision):
+            h.backend.create(h.other_volume, "s1")
+        assert h.backend.exists(mine)
+        return
+    theirs = h.backend.create(h.other_volume, "s1")
+    if h.names == "shared":  # whole-filesystem scope: one snapshot covers both
+        assert theirs.ref == mine.ref
+        assert h.backend.coalesce_key(h.volume) == h.backend.coalesce_key(h.other_volume) is not None
+    else:
+        assert theirs.ref != mine.ref
+        assert [r.ref for r in h.backend.list(h.volume)] == [mine.ref]
+
+
+def test_list_shows_only_this_volumes_snapshots(h: Harness):
+    h.backend.create(h.volume, "mine")
+    h.backend.create(h.other_volume, "theirs")
+    names = [r.name for r in h.backend.list(h.volume)]
+    if h.names == "shared":
+        assert names == ["mine", "theirs"]
+    else:
+        assert names == ["mine"]
+
+
+def test_unusual_characters_in_volume(h: Harness):
+    vdir = h.volume_dir(h.odd_volume)
+    if vdir:
+        write(os.path.join(vdir, "data"), b"odd")
+    ref = h.backend.create(h.odd_volume, "s1")
+    assert ref.volume == h.odd_volume
+    assert h.backend.create(h.odd_volume, "s1") == ref
+    assert [r.name for r in h.backend.list(h.odd_volume)] == ["s1"]
+    if vdir:
+        assert read(os.path.join(ref.path, "data")) == b"odd"
+    if h.backend.capabilities.can_clone:
+        path = h.backend.clone(ref, h.clone_target(ODD if h.names != "collide" or "/" in h.volume[1:] else "odd"))
+        assert path
+    assert h.backend.delete(ref) is True
+    assert h.backend.list(h.odd_volume) == []
+
+
+def _script_dir(tmp_path, backend: Backend, body: str) -> str:
+    d = tmp_path / f"tools-{next(_seq)}"
+    d.mkdir()
+    for tool in backend.TOOLS:
+        p = d / tool
+        p.write_text(f"#!/bin/sh\n{body}\n")
+        p.chmod(0o755)
+    return str(d)
+
+
+def test_hanging_tool_times_out(h: Harness, tmp_path):
+    timeout = 1.0
+    backend = h.rebuild(tool_dir=_script_dir(tmp_path, h.backend, "exec sleep 30"), timeout=timeout)
+    start = time.monotonic()
+    with pytest.raises(errors.Timeout):
+        backend.create(h.volume, "s1")
+    assert time.monotonic() - start < timeout + 2.5
+
+
+def test_failing_tool_raises_command_failed_with_stderr(h: Harness, tmp_path):
+    backend = h.rebuild(tool_dir=_script_dir(tmp_path, h.backend, "echo 'simulated failure: disk on fire' >&2; exit 3"))
+    with pytest.raises(errors.CommandFailed) as e:
+        backend.create(h.volume, "s1")
+    assert "simulated failure: disk on fire" in str(e.value)
+    assert e.value.kwargs["status"] == 3
+    assert e.value.exit_code == errors.BACKEND
+
+
+def test_missing_tool_raises_tool_missing_naming_it(h: Harness, tmp_path):
+    empty = tmp_path / "empty-tools"
+    empty.mkdir()
+    with pytest.raises(errors.ToolMissing) as e:
+        h.rebuild(tool_dir=str(empty))
+    assert e.value.kwargs["tool"] == h.backend.TOOLS[0]
+    assert repr(h.backend.TOOLS[0]) in str(e.value)
+    assert h.backend.transport.where in str(e.value)
+
+
+def test_invalid_snapshot_name_is_rejected(h: Harness):
+    for bad in ("", "-rf", "../x", "a/b", ".hidden", "x\ny"):
+        with pytest.raises(errors.BadValueError) as e:
+            h.backend.create(h.volume, bad)
+        assert repr(bad) in str(e.value)
+    assert h.backend.list(h.volume) == []

@@ -1,0 +1,114 @@
+import pytest
+
+from slurm_snap import config, errors
+from slurm_snap.cli import main
+
+ROOT_EXAMPLE = "etc/slurm-snap.toml.example"
+
+GOOD = """
+[inventory]
+url = "sqlite:////tmp/x.db"
+[paths]
+allowed_roots = ["/scratch"]
+barrier_dir = "/scratch/.b"
+[[volume_class]]
+name = "scratch"
+prefix = "/scratch/{node}"
+scope = "node-local"
+backend = "btrfs"
+"""
+
+
+def test_example_is_valid():
+    cfg = config.load(ROOT_EXAMPLE)
+    assert cfg.hooks.failure_policy == "open"
+    assert cfg.protocol.checkpoint_signal == "SIGUSR1"
+    assert {vc.name for vc in cfg.volume_classes} == {"scratch", "projects"}
+
+
+def test_defaults_and_env_override(write_config, monkeypatch):
+    path = write_config(GOOD)
+    monkeypatch.setenv("SLURM_SNAP_CONFIG", path)
+    cfg = config.load()
+    assert cfg.path == path
+    assert cfg.timeouts.barrier == 60.0
+    vc = cfg.volume_class("scratch")
+    assert vc.job_path("n2", 42) == "/scratch/n2/jobs/42"
+    assert cfg.signal_number == 10
+
+
+@pytest.mark.parametrize("text,key", [
+    ("[inventory]\nurll = 'x'\n", "inventory.urll"),
+    ("[nope]\n", "nope"),
+    ("[timeouts]\nbarrier = 'slow'\n", "timeouts.barrier"),
+    ("[timeouts]\nbarrier = -1\n", "timeouts.barrier"),
+    ("[hooks]\nfailure_policy = 'maybe'\n", "hooks.failure_policy"),
+    ("[protocol]\ncheckpoint_signal = 'SIGKILL'\n", "protocol.checkpoint_signal"),
+    ("[protocol]\ncheckpoint_signal = 'USR9'\n", "protocol.checkpoint_signal"),
+    ("[paths]\nallowed_roots = ['relative']\n", "paths.allowed_roots[0]"),
+    ("[paths]\nallowed_roots = '/x'\n", "paths.allowed_roots"),
+    ("[ssh]\nport = 70000\n", "ssh.port"),
+    ("[ssh]\nport = true\n", "ssh.port"),
+    ("[[volume_class]]\nname='a'\nprefix='/a'\nscope='global'\nbackend='btrfs'\n", "volume_class[0].scope"),
+    ("[[volume_class]]\nname='a'\nprefix='/a'\nscope='shared'\n", "volume_class[0].backend"),
+    ("[[volume_class]]\nname='a'\nprefix='/a/{node}'\nscope='shared'\nbackend='x'\n", "volume_class[0].prefix"),
+    ("[[volume_class]]\nname='a'\nprefix='/a'\nscope='shared'\nbackend='x'\ncolour=1\n", "volume_class[0].colour"),
+    ("[[volume_class]]\nname='a'\nprefix='/a'\nscope='shared'\nbackend='x'\n"
+     "[[volume_class]]\nname='a'\nprefix='/b'\nscope='shared'\nbackend='x'\n", "volume_class[1].name"),
+])
+def test_bad_config_names_key_and_file(write_config, text, key):
+    path = write_config(text)
+    with pytest.raises(errors.ConfigError) as ei:
+        config.load(path)
+    assert key in str(ei.value)
+    assert path in str(ei.value)
+    assert ei.value.exit_code == errors.CONFIG
+
+
+def test_malformed_toml(write_config):
+    path = write_config("[inventory\nurl=")
+    with pytest.raises(errors.ConfigError, match=r"\(syntax\)"):
+        config.load(path)
+
+
+def test_not_utf8(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_bytes(b"[paths]\nlog_dir = '/\xff'\n")
+    with pytest.raises(errors.ConfigError, match="not UTF-8"):
+        config.load(str(p))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(errors.ConfigError, match="no such file"):
+        config.load(str(tmp_path / "nope.toml"))
+
+
+def test_cli_config_check_unknown_key_exits_config(write_config, capsys):
+    path = write_config("[inventory]\nurl='sqlite://'\ncolour = 1\n")
+    assert main(["config", "check", "--config", path]) == errors.CONFIG
+    err = capsys.readouterr().err
+    assert "inventory.colour" in err and "unknown key" in err and "Traceback" not in err
+
+
+def test_cli_config_check_prints_effective(capsys):
+    assert main(["config", "check", "--config", ROOT_EXAMPLE]) == 0
+    out = capsys.readouterr().out
+    assert "valid" in out and 'failure_policy = "open"' in out
+
+
+def test_cli_config_check_bad_backend_option(write_config, capsys):
+    path = write_config("[[volume_class]]\nname='a'\nprefix='/a'\nscope='shared'\nbackend='btrfs'\n"
+                        "[volume_class.options]\nsnapdirr='/x'\n")
+    assert main(["config", "check", "--config", path]) == errors.CONFIG
+    assert "snapdirr" in capsys.readouterr().err
+
+
+def test_cli_config_check_unknown_backend(write_config, capsys):
+    path = write_config("[[volume_class]]\nname='a'\nprefix='/a'\nscope='shared'\nbackend='tape'\n")
+    assert main(["config", "check", "--config", path]) == errors.CONFIG
+    assert "'tape'" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert "slurm-snap, version" in capsys.readouterr().out
