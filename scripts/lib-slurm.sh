@@ -23,7 +23,8 @@ ensure_munge() {
 	if ! munge_works; then
 		install -d -o munge -g munge -m 0755 /run/munge
 		[ -s /etc/munge/munge.key ] || die "/etc/munge/munge.key missing (reinstall the munge package)"
-		spawn "$STATE/log/munged.log" runuser -u munge -- /usr/sbin/munged || die "munged failed to start"
+		# munged outlives this cluster: its output must not hold a file in STATE.
+		spawn "$DEV_RUN_DIR/munged.out" runuser -u munge -- /usr/sbin/munged || die "munged failed to start"
 		for i in $(seq 1 50); do munge_works && break; sleep 0.1; done
 		munge_works || die "munged started but munge -n | unmunge fails"
 		cp /run/munge/munged.pid "$DEV_RUN_DIR/munged.started"

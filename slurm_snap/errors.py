@@ -139,6 +139,24 @@ class TransportError(BackendError):
     template = "{host}: {why}"
 
 
+class SetIncomplete(BackendError):
+    """A snapshot set ended PARTIAL or FAILED; it is recorded with this reason."""
+
+    template = "snapshot set {set_id} of job {job_id} ended {state}: {reason}"
+
+
+class BarrierTimeout(Timeout):
+    """App consistency was required and some ranks did not acknowledge in time."""
+
+    template = "snapshot set {set_id} of job {job_id} ended {state}: {reason}"
+
+
 class InventoryError(SnapError):
     exit_code = INVENTORY
     template = "inventory {url}: {why}"
+
+
+class RestoreFailed(Conflict):
+    """A restore drill ran and the set did not restore: the set is FAILED_RESTORE."""
+
+    template = "restore test {test_id} of set {set_id} failed: {reason}"

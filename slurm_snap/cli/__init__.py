@@ -19,7 +19,11 @@ from .context import Ctx
 COMMANDS = {
     "config": "config_cmd",
     "db": "db_cmd",
+    "doctor": "doctor_cmd",
     "hook": "hook_cmd",
+    "metrics": "metrics_cmd",
+    "report": "report_cmd",
+    "show": "show_cmd",
 }
 
 
@@ -50,8 +54,9 @@ def cli(ctx, config_path, verbose):
 
 def main(argv=None) -> int:
     try:
-        cli.main(args=argv, prog_name="slurm-snap", standalone_mode=False)
-        return 0
+        # With standalone_mode=False click returns an Exit's code instead of raising.
+        rv = cli.main(args=argv, prog_name="slurm-snap", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except errors.SnapError as exc:
         click.echo(f"slurm-snap: {exc}", err=True)
         return exc.exit_code

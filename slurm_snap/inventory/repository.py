@@ -12,7 +12,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
-from sqlalchemy import Float, and_, case, delete, func, or_, select, update
+from sqlalchemy import Float, and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, selectinload
@@ -434,6 +434,10 @@ class Repository:
     def set_restore_test_job(self, test_id: int, slurm_job_id: int) -> None:
         self.restore_test(test_id).slurm_job_id = slurm_job_id
         self.s.flush()
+
+    def set_restore_test_target(self, test_id: int, target: str) -> None:
+        self.restore_test(test_id).target = target
+        self.s.flush()
     # ---- report ------------------------------------------------------------------
     # report/show/metrics read through these; they select plain columns (no ORM
     # objects) so a window of many thousand sets costs one indexed scan.
@@ -554,6 +558,66 @@ class Repository:
         if rows:
             self.s.execute(model.__table__.insert(), list(rows))
 
+
+    # ---- protocol ----------------------------------------------------------------
+    # Queries of the snapshot protocol (slurm_snap/protocol): the coordinator, the
+    # preemption hooks and repair. Bulk inserts go through Core executemany: a
+    # 1,000-node set is one statement per table, not 1,000 ORM flushes.
+    def lock_job_run(self, run_id: int) -> JobRun:
+        """Row-lock a job run (FOR UPDATE on servers; SQLite's BEGIN IMMEDIATE
+        already serializes writers) so two requests cannot both pass the
+        'nothing in flight' check."""
+        run = self.s.scalar(select(JobRun).where(JobRun.id == run_id).with_for_update())
+        if run is None:
+            raise NotFound(what="job run", value=str(run_id))
+        return run
+
+    def preempted_run(self, job_id: int, restart_count: int) -> JobRun | None:
+        """The newest run of `job_id` with restart_count <= the given one.
+
+        In the epilogs of a preempted run SLURM_JOB_RESTART_COUNT is already
+        incremented, while the requeued run's Prolog has not recorded a row
+        yet: the run that was preempted is the newest one not above it.
+        """
+        return self.s.scalar(select(JobRun).where(JobRun.job_id == job_id, JobRun.restart_count <= restart_count)
+                             .order_by(JobRun.restart_count.desc()).limit(1))
+
+    def record_acks_seen(self, set_id: int, acks: Sequence[tuple[AckRecord, dt.datetime]]) -> int:
+        """Insert acknowledgements not yet recorded, each with the time it was
+        first seen (the coordinator's clock); one statement for all nodes."""
+        have = set(self.s.execute(select(BarrierAck.node, BarrierAck.rank).where(BarrierAck.set_id == set_id)))
+        rows = []
+        for a, seen in acks:
+            if (a.node, a.rank) in have:
+                continue
+            have.add((a.node, a.rank))
+            rows.append(dict(set_id=set_id, node=a.node, rank=a.rank, local_rank=a.local_rank,
+                             local_size=a.local_size, step=a.step, written_at=a.written_at,
+                             received_at=seen, manifest=list(a.manifest)))
+        if rows:
+            self.s.execute(insert(BarrierAck), rows)
+        return len(rows)
+
+    def record_parts(self, set_id: int, parts: Sequence[dict]) -> int:
+        """Insert snapshot parts (cut: state CUT; failed: state MISSING with the
+        error) not yet recorded for their volume; one statement."""
+        have = set(self.s.scalars(select(Snapshot.volume_id).where(Snapshot.set_id == set_id)))
+        rows = []
+        for p in parts:
+            if p["volume_id"] in have:
+                continue
+            have.add(p["volume_id"])
+            rows.append(dict(set_id=set_id, **p))
+        if rows:
+            self.s.execute(insert(Snapshot), rows)
+        return len(rows)
+
+    def count_parts(self, set_id: int) -> int:
+        return self.s.scalar(select(func.count()).select_from(Snapshot).where(Snapshot.set_id == set_id)) or 0
+
+    def sets_in_states(self, states: Iterable[str]) -> list[SnapshotSet]:
+        return list(self.s.scalars(select(SnapshotSet).where(SnapshotSet.state.in_(tuple(states)))
+                                   .order_by(SnapshotSet.id)))
 
 def _aware(t):
     if isinstance(t, str):  # SQLite aggregate bypasses the TypeDecorator

@@ -190,7 +190,8 @@ def barrier_problems(*, nodes: Sequence[str], barriers: Mapping[str, NodeBarrier
 
 def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
            outcomes: Mapping[int, PartOutcome], barriers: Mapping[str, NodeBarrier],
-           requested_at: dt.datetime, allow_crash: bool, extra_reasons: Sequence[str] = ()) -> Verdict:
+           requested_at: dt.datetime, allow_crash: bool, extra_reasons: Sequence[str] = (),
+           outside: Sequence[str] = ()) -> Verdict:
     """The label of a set whose cut phase is over (nothing more will be cut)."""
     cut_ok = [p for p in parts if p.volume_id is not None and p.volume_id in outcomes
               and outcomes[p.volume_id].ok]
@@ -232,6 +233,7 @@ def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
             problems.append(f"manifest check failed on {_list(manifest_bad)}")
         if manifest_unknown:
             problems.append(f"manifest could not be checked on {_list(manifest_unknown)}")
+        problems.extend(outside)
         failed_nodes.update(bad_nodes)
         barrier_ok = not problems
     else:

@@ -1,0 +1,61 @@
+"""`slurm-snap show JOB|set:ID`: one snapshot set in full, with a timeline."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from .. import access
+from ..errors import BadValueError, NotFound, UsageError
+from .report_cmd import caller_and_clock
+
+
+def parse_target(target: str | None, set_id: int | None) -> tuple[str, int, int | None]:
+    """-> ("set", id, None) or ("job", job_id, restart_count or None)."""
+    if (target is None) == (set_id is None):
+        raise UsageError("show needs exactly one of JOB, JOB.RESTART, set:ID or --set ID")
+    if set_id is not None:
+        return "set", set_id, None
+    text = target.strip()
+    if text.lower().startswith("set:"):
+        num = text[4:]
+        if not num.isdigit():
+            raise BadValueError(what="set", value=target, why="expected set:ID with a numeric ID")
+        return "set", int(num), None
+    head, dot, tail = text.partition(".")
+    if not head.isdigit() or (dot and not tail.isdigit()):
+        raise BadValueError(what="job", value=target, why="expected JOBID, JOBID.RESTART or set:ID")
+    return "job", int(head), int(tail) if dot else None
+
+
+@click.command("show")
+@click.argument("target", required=False, metavar="JOB|JOB.RESTART|set:ID")
+@click.option("--set", "set_id", type=int, metavar="ID", help="The set with this id.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable (docs/report.md, show schema).")
+@click.pass_obj
+def command(ctx, target, set_id, as_json):
+    """Show one snapshot set: phases, barriers, volumes, drills, events, timeline.
+
+    JOB means the job's newest set (any state); JOB.RESTART the newest of that run.
+    """
+    from ..report.show import render, show_doc
+
+    kind, ident, restart = parse_target(target, set_id)
+    caller, _now, tz = caller_and_clock(ctx)
+    with ctx.inventory.session() as repo:
+        if kind == "job":
+            newest = repo.report_newest_set(ident, restart)
+            if newest is None:
+                label = ident if restart is None else f"{ident}.{restart}"
+                raise NotFound(what="snapshot set of job", value=str(label))
+            ident = newest.id
+        st = repo.report_set_detail(ident)
+        access.require_owner_or_operator(ctx.config, caller, owner_uid=st.job_run.uid,
+                                         owner_name=st.user_name, what=f"job {st.job_run.label}")
+        events = repo.report_events(st.id, st.job_id)
+        lines = None if as_json else render(st, events, tz=tz)
+        doc = show_doc(st, events) if as_json else None
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        click.echo("\n".join(lines))

@@ -1,0 +1,113 @@
+"""Installation checks: Slurm's running configuration against slurm-snap's.
+
+Each check yields Finding(ok, what, fix). The checks are pure functions of
+the two configurations (plus the filesystem for the plugstack file), so they
+are testable with captured `scontrol show config` output.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from .config import Config
+
+
+@dataclass(frozen=True)
+class Finding:
+    ok: bool
+    what: str
+    fix: str = ""
+
+
+def parse_duration(raw: str) -> int | None:
+    """Slurm durations as printed by scontrol: "30", "00:00:30", "1-00:00:00", "UNLIMITED"."""
+    raw = raw.strip()
+    if raw.isdigit():
+        return int(raw)
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", raw)
+    if not m:
+        return None
+    d, h, mi, s = (int(x) if x else 0 for x in m.groups())
+    return ((d * 24 + h) * 60 + mi) * 60 + s
+
+
+def budget_seconds(cfg: Config) -> float:
+    """What one preemption needs inside the grace window: barrier + cut (+ record)."""
+    return cfg.timeouts.barrier + cfg.timeouts.backend_call
+
+
+def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, str]],
+                plugstack_text: str | None) -> list[Finding]:
+    out: list[Finding] = []
+    flags = slurm.get("PrologFlags", "")
+    out.append(Finding("alloc" in flags.lower(), "PrologFlags includes Alloc (Prolog runs on every node at allocation)",
+                       "add PrologFlags=Alloc to slurm.conf (without it the Prolog runs only where a step lands)"))
+    for key, name in (("Prolog", "slurm-snap-prolog"), ("Epilog", "slurm-snap-epilog"),
+                      ("PrologSlurmctld", "slurm-snap-prolog-slurmctld"),
+                      ("EpilogSlurmctld", "slurm-snap-epilog-slurmctld")):
+        val = slurm.get(key, "")
+        out.append(Finding(name in val, f"{key} runs {name}",
+                           f"set {key}=/path/to/{name} in slurm.conf (etc/slurm.conf.slurm-snap)"))
+    params = slurm.get("SlurmctldParameters", "") + "," + slurm.get("PreemptParameters", "")
+    out.append(Finding("preempt_send_user_signal" in params or "send_user_signal" in params,
+                       "the user's signal is sent at preemption",
+                       "22.05: SlurmctldParameters=preempt_send_user_signal; 23.02+: "
+                       "PreemptParameters=send_user_signal (otherwise ranks get SIGTERM, not the checkpoint signal)"))
+    cli = slurm.get("CliFilterPlugins", "").lower()
+    js = slurm.get("JobSubmitPlugins", "").lower()
+    out.append(Finding("lua" in cli or "slurm_snap" in js,
+                       "--snapshot-on-preempt asks Slurm for the signal (cli_filter or job_submit)",
+                       "CliFilterPlugins=lua with etc/cli_filter.lua beside slurm.conf"))
+    if plugstack_text is None:
+        out.append(Finding(False, "plugstack.conf readable", f"create {slurm.get('PlugStackConfig', 'plugstack.conf')}"))
+    else:
+        lines = [ln.strip() for ln in plugstack_text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        out.append(Finding(any("slurm_snap" in ln and ".so" in ln for ln in lines),
+                           "plugstack.conf loads slurm_snap.so",
+                           "add the line from etc/plugstack.conf, then restart slurmd"))
+    need = budget_seconds(cfg)
+    for p in partitions:
+        mode = p.get("PreemptMode", "").upper()
+        if mode not in ("REQUEUE", "CANCEL"):
+            continue
+        grace = parse_duration(p.get("GraceTime", "0")) or 0
+        name = p.get("PartitionName", "?")
+        out.append(Finding(grace >= need,
+                           f"partition {name}: GraceTime {grace} s fits checkpoint + barrier + cut ({need:g} s)",
+                           f"raise GraceTime of {name} to at least {int(need) + 1} s, or lower "
+                           f"timeouts.barrier/backend_call in {cfg.path}"))
+    return out
+
+
+def check_local(cfg: Config) -> list[Finding]:
+    """slurm-snap's own side: inventory, backends' tools."""
+    out: list[Finding] = []
+    from .errors import SnapError
+
+    try:
+        from .inventory.repository import Inventory
+
+        inv = Inventory.from_config(cfg)
+        with inv.session() as repo:
+            repo.events(kind="__doctor__")
+        inv.dispose()
+        out.append(Finding(True, f"inventory reachable ({cfg.inventory.url.split('@')[-1]})"))
+    except SnapError as exc:
+        out.append(Finding(False, f"inventory: {exc}", "fix [inventory] url, run `slurm-snap db upgrade`"))
+    except Exception as exc:  # schema missing shows up as a driver error
+        out.append(Finding(False, f"inventory: {exc.__class__.__name__}: {str(exc).splitlines()[0]}",
+                           "run `slurm-snap db upgrade`"))
+    from .backends.factory import backend_for_class
+
+    for vc in cfg.volume_classes:
+        try:
+            backend_for_class(cfg, vc, None, local=True)
+            out.append(Finding(True, f"volume class {vc.name}: backend {vc.backend} tools present"))
+        except SnapError as exc:
+            out.append(Finding(False, f"volume class {vc.name}: {exc}",
+                               f"install the tool on this host, or fix volume_class {vc.name!r}"))
+    bd = cfg.paths.barrier_dir
+    out.append(Finding(os.path.isdir(bd), f"barrier directory {bd} exists",
+                       f"create {bd} on a filesystem every node mounts"))
+    return out

@@ -1,0 +1,214 @@
+"""Collect the ranks' acknowledgements of one epoch from `<job dir>/ack/`.
+
+The ack directory is owned by the job's user and read by root, so every file
+is opened relative to a directory descriptor with O_NOFOLLOW|O_NONBLOCK and
+must be a regular file owned by that user (or root): a symlink or hard link
+to /etc/shadow, or a FIFO, is rejected with its reason, never read.
+Parsing and the per-node completeness rule are the client's (one definition
+of an acknowledgement on both sides of the barrier).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from ..client.ack import MAX_ACK_BYTES, Ack, node_barrier_complete, parse_ack
+from ..errors import BadValueError
+from .watch import DirWatcher
+
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@dataclass
+class BarrierState:
+    job_id: int
+    epoch: str
+    nodes: tuple[str, ...]
+    # node -> rank -> (ack, first seen): the newest valid version of each file.
+    acks: dict[str, dict[int, tuple[Ack, dt.datetime]]] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)     # file name -> why
+    complete: set[str] = field(default_factory=set)            # nodes whose barrier is complete
+    complete_at: dict[str, dt.datetime] = field(default_factory=dict)
+
+    @property
+    def all_complete(self) -> bool:
+        return len(self.complete) == len(self.nodes)
+
+    @property
+    def missing_nodes(self) -> list[str]:
+        return [n for n in self.nodes if n not in self.complete]
+
+    def acks_of(self, node: str) -> list[Ack]:
+        return [a for a, _t in self.acks.get(node, {}).values()]
+
+    def all_acks(self) -> list[tuple[Ack, dt.datetime]]:
+        return [item for ranks in self.acks.values() for item in ranks.values()]
+
+
+class AckCollector:
+    """Reads and validates ack files incrementally; tracks per-node completeness."""
+
+    def __init__(self, ack_dir: str, *, job_id: int, epoch: str, nodes: Sequence[str],
+                 owner_uid: int | None = None, node_filter: str | None = None,
+                 max_bytes: int = MAX_ACK_BYTES, clock: Callable[[], dt.datetime] = utcnow):
+        self.ack_dir = ack_dir
+        self.state = BarrierState(job_id=job_id, epoch=epoch, nodes=tuple(dict.fromkeys(nodes)))
+        self._node_set = set(self.state.nodes)
+        self.owner_uid = owner_uid
+        self.node_filter = node_filter
+        self.max_bytes = max_bytes
+        self.clock = clock
+        self._sig: dict[str, tuple] = {}   # name -> (ino, mtime_ns, size) last examined
+        self._dfd = -1
+
+    # -- directory ----------------------------------------------------------
+    def _open_dir(self) -> bool:
+        if self._dfd >= 0:
+            return True
+        try:
+            self._dfd = os.open(self.ack_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._dfd >= 0:
+            os.close(self._dfd)
+            self._dfd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _wanted(self, name: str) -> bool:
+        if name.startswith(".") or not name.endswith(".json"):
+            return False  # the client's temporaries and foreign files
+        return self.node_filter is None or name.startswith(self.node_filter + ".")
+
+    def rescan(self) -> int:
+        """Look at every file (new or changed since last time); returns how many were read."""
+        if not self._open_dir():
+            return 0
+        try:
+            names = [n for n in os.listdir(self._dfd) if self._wanted(n)]
+        except OSError:
+            return 0
+        return self.update(names, check_changed=True)
+
+    def update(self, names: Iterable[str], *, check_changed: bool = False) -> int:
+        if not self._open_dir():
+            return 0
+        read = 0
+        touched: set[str] = set()
+        for name in names:
+            if not self._wanted(name):
+                continue
+            node = self._read_one(name, check_changed)
+            if node is not None:
+                read += 1
+                touched.add(node)
+        for node in touched:
+            self._recheck(node)
+        return read
+
+    # -- one file -----------------------------------------------------------
+    def _read_one(self, name: str, check_changed: bool) -> str | None:
+        """Parse `name` if new or changed; returns the node it belongs to, if valid."""
+        try:
+            fd = os.open(name, _FLAGS, dir_fd=self._dfd)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            why = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot open: {exc.strerror}"
+            self._reject(name, why)
+            return None
+        try:
+            st = os.fstat(fd)
+            sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if check_changed and self._sig.get(name) == sig:
+                return None
+            self._sig[name] = sig
+            if not stat.S_ISREG(st.st_mode):
+                self._reject(name, "is not a regular file")
+                return None
+            if self.owner_uid is not None and st.st_uid not in (self.owner_uid, 0):
+                self._reject(name, f"owned by uid {st.st_uid}, not the job's user (uid {self.owner_uid})")
+                return None
+            if st.st_nlink > 1:
+                self._reject(name, "has several hard links")
+                return None
+            if st.st_size > self.max_bytes:
+                self._reject(name, f"{st.st_size} bytes, larger than the limit of {self.max_bytes}")
+                return None
+            raw = os.read(fd, self.max_bytes + 1)
+        finally:
+            os.close(fd)
+        try:
+            ack = parse_ack(raw, self.state.job_id, self.state.epoch, self.max_bytes)
+        except BadValueError as exc:
+            self._reject(name, str(exc)[:300])
+            return None
+        expected_name = f"{ack.node}.{ack.rank}.json"
+        if name != expected_name:
+            self._reject(name, f"file name does not match its content ({expected_name})")
+            return None
+        if ack.node not in self._node_set:
+            self._reject(name, f"node {ack.node!r} is not one of the job's nodes")
+            return None
+        self.state.rejected.pop(name, None)
+        ranks = self.state.acks.setdefault(ack.node, {})
+        prev = ranks.get(ack.rank)
+        ranks[ack.rank] = (ack, prev[1] if prev and prev[0] == ack else self.clock())
+        return ack.node
+
+    def _reject(self, name: str, why: str) -> None:
+        self.state.rejected[name] = why
+
+    def _recheck(self, node: str) -> None:
+        st = self.state
+        try:
+            done = node_barrier_complete(st.acks_of(node))
+        except BadValueError:
+            done = False
+        if done and node not in st.complete:
+            st.complete.add(node)
+            st.complete_at[node] = self.clock()
+        elif not done:
+            st.complete.discard(node)
+            st.complete_at.pop(node, None)
+
+
+def wait_for_barrier(collector: AckCollector, *, timeout: float, use_inotify: bool = True,
+                     should_stop: Callable[[], bool] = lambda: False) -> bool:
+    """Return True once every node's barrier is complete, False at the deadline.
+
+    inotify reports new names at once (parsed one by one as they land, so the
+    last arrival costs one parse, not N); quiet periods trigger a rescan with a
+    capped backoff for writers on other hosts.
+    """
+    deadline = time.monotonic() + max(0.0, timeout)
+    with DirWatcher(collector.ack_dir, use_inotify=use_inotify) as watcher:
+        collector.rescan()  # after the watch is set: nothing slips between
+        while not collector.state.all_complete:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or should_stop():
+                break
+            names = watcher.wait(remaining)
+            if names is None:
+                collector.rescan()
+            elif names:
+                collector.update(names)
+        if not collector.state.all_complete:
+            collector.rescan()  # a last look: files may have landed during the final wait
+    return collector.state.all_complete

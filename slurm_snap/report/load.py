@@ -1,0 +1,25 @@
+"""Fetch what report prints: the sets, their RPO bases, their parts when needed.
+
+Three indexed queries whatever the window: the sets, the newest verified cut of
+the jobs among them, and (only if a column or --json needs them) their parts.
+"""
+from __future__ import annotations
+
+from ..inventory.repository import SetFilter
+from .rows import SetRow
+
+
+def load_rows(repo, f: SetFilter, *, need_snaps: bool, need_parts: bool = True) -> list[SetRow]:
+    rows = [SetRow(m=dict(m)) for m in repo.report_set_rows(f, with_parts=need_parts)]
+    if not rows:
+        return rows
+    bases = repo.report_newest_verified(sorted({r.m["job_id"] for r in rows}))
+    for r in rows:
+        r.rpo_base = bases.get(r.m["job_id"])
+    if need_snaps:
+        by_set: dict[int, list] = {}
+        for s in repo.report_snapshot_rows([r.m["set_id"] for r in rows]):
+            by_set.setdefault(s["set_id"], []).append(dict(s))
+        for r in rows:
+            r.snaps = by_set.get(r.m["set_id"], [])
+    return rows

@@ -1,0 +1,100 @@
+"""Turn report's sacct-style options into a SetFilter, under the access rule.
+
+Access: a user sees only their own jobs. Operators (access.is_operator) see
+everyone's. As in sacct, root sees all users by default, any other caller
+(an operator included) sees their own unless -a/--allusers or -u is given;
+-a and -u for someone else are refused for non-operators, and so is -j for a
+job that belongs to someone else (rather than silently printing nothing, so
+the user learns why).
+
+Window: -S/-E bound the time a set was requested. Without -j the default
+start is midnight today (local time), like sacct; with -j there is no
+default bound. -E defaults to no upper bound.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from .. import access
+from ..errors import BadValueError, PermissionDenied
+from ..inventory.repository import SetFilter
+from ..protocol import states as S
+from .slurmtime import parse_time
+
+
+@dataclass(frozen=True)
+class Selection:
+    jobs: str | None = None
+    users: str | None = None
+    start: str | None = None
+    end: str | None = None
+    states: str | None = None
+    all_users: bool = False
+
+
+def parse_jobs(text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """'1001,1002.3' -> ([1001], [(1002, 3)]): a bare id means every run of the job."""
+    ids, runs = [], []
+    for item in _items(text, "job list"):
+        head, dot, tail = item.partition(".")
+        if not head.isdigit() or (dot and not tail.isdigit()):
+            raise BadValueError(what="job id", value=item, why="expected JOBID or JOBID.RESTART")
+        if dot:
+            runs.append((int(head), int(tail)))
+        else:
+            ids.append(int(head))
+    return ids, runs
+
+
+def parse_states(text: str) -> list[str]:
+    out = []
+    for item in _items(text, "state list"):
+        state = item.upper()
+        if state not in S.STATES:
+            raise BadValueError(what="state", value=item, why=f"unknown state; one of {', '.join(S.STATES)}")
+        out.append(state)
+    return out
+
+
+def parse_users(text: str) -> list[str]:
+    return _items(text, "user list")
+
+
+def _items(text: str, what: str) -> list[str]:
+    items = [i.strip() for i in text.split(",")]
+    if not items or any(not i for i in items):
+        raise BadValueError(what=what, value=text, why="empty item")
+    return items
+
+
+def build_filter(sel: Selection, *, cfg, caller: access.Caller, repo, now: dt.datetime,
+                 tz: dt.tzinfo | None = None) -> SetFilter:
+    job_ids, job_runs = parse_jobs(sel.jobs) if sel.jobs else ([], [])
+    users = parse_users(sel.users) if sel.users else []
+    states = parse_states(sel.states) if sel.states else []
+    operator = access.is_operator(cfg, caller)
+    if not operator:
+        if sel.all_users:
+            raise PermissionDenied(why=f"-a/--allusers is for operators; {caller.name} sees only their own jobs")
+        others = [u for u in users if u != caller.name]
+        if others:
+            raise PermissionDenied(why=f"{caller.name} may not list the jobs of {others[0]}: "
+                                       "only operators see other users' jobs")
+        all_ids = job_ids + [j for j, _ in job_runs]
+        for jid, owners in sorted(repo.report_job_owners(all_ids).items()):
+            foreign = sorted(owners - {caller.name})
+            if foreign:
+                raise PermissionDenied(why=f"job {jid} belongs to {foreign[0]}; "
+                                           f"{caller.name} is neither its owner nor an operator")
+        users = [caller.name]
+    elif not users and not sel.all_users and not (job_ids or job_runs):
+        if not (caller.uid == 0 and not caller.via_sudo):
+            users = [caller.name]
+    start = parse_time(sel.start, now=now, tz=tz, what="start time (-S)") if sel.start else None
+    end = parse_time(sel.end, now=now, tz=tz, what="end time (-E)") if sel.end else None
+    if start is None and not (job_ids or job_runs):
+        start = parse_time("today", now=now, tz=tz)
+    if start is not None and end is not None and end < start:
+        raise BadValueError(what="end time (-E)", value=sel.end, why=f"is before the start time {sel.start or 'today'}")
+    return SetFilter(job_ids=job_ids, job_runs=job_runs, users=users, states=states, start=start, end=end)

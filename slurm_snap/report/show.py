@@ -1,0 +1,144 @@
+"""`show`: one set in full, for a person asking "what happened, and where did the time go?"."""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Sequence
+
+from .rows import PHASE_TIMES, seconds
+from .slurmtime import iso_utc
+from .timeline import timeline
+
+_PHASE_LABELS = {"requested": "requested", "signalled": "signalled", "barrier": "barrier",
+                 "cut_started": "cut started", "cut_done": "cut done", "finished": "finished",
+                 "verified": "verified"}
+
+
+def precise(t: dt.datetime | None, tz: dt.tzinfo | None) -> str:
+    """Local time to the millisecond: phases of one set are often sub-second apart."""
+    if t is None:
+        return "-"
+    local = t.astimezone(tz) if tz is not None else t.astimezone()
+    return local.strftime("%Y-%m-%dT%H:%M:%S.") + f"{local.microsecond // 1000:03d}"
+
+
+def ranks(values: Sequence[int]) -> str:
+    """[0,1,2,3,6] -> '0-3,6', as Slurm writes rank and node ranges."""
+    out, run = [], []
+    for v in sorted(set(values)):
+        if run and v == run[-1] + 1:
+            run.append(v)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [v]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def _ok(v) -> str:
+    return "not checked" if v is None else ("ok" if v else "BAD")
+
+
+def _secs(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f} s"
+
+
+def render(st, events: Sequence, *, tz: dt.tzinfo | None = None) -> list[str]:
+    run = st.job_run
+    acks, snaps, tests = list(st.acks), list(st.snapshots), list(st.restore_tests)
+    out = [f"Set {st.id} of job {run.label} (user {st.user_name}, partition {run.partition or '-'}, "
+           f"nodes {','.join(run.nodes) or '-'})",
+           f"  trigger {st.trigger}, epoch {st.epoch}, wanted {st.wanted}",
+           f"  state {st.state}, consistency {st.consistency}"]
+    if st.reason:
+        out.append(f"  reason: {st.reason}")
+    step = "-" if st.checkpoint_step is None else st.checkpoint_step
+    out.append(f"  checkpoint step {step}, skew {_secs(st.skew_seconds)}, manifest {_ok(st.manifest_ok)}, "
+               f"volumes {len(snaps)}/{st.expected_parts}")
+    if st.failed_nodes:
+        out.append(f"  failed nodes: {','.join(st.failed_nodes)}")
+
+    out += ["", "Phases:"]
+    for name, col in PHASE_TIMES:
+        t = getattr(st, col)
+        since = seconds(st.requested_at, t)
+        out.append(f"  {_PHASE_LABELS[name]:<12} {precise(t, tz):<23}"
+                   + ("" if since is None else f"  +{since:.3f} s"))
+
+    out += ["", "Barrier acknowledgements:"]
+    if acks:
+        out.append(f"  {'NODE':<12} {'RANKS':<10} {'STEP':>10}  {'WRITTEN':<23}  {'RECEIVED':<23}")
+        for node in sorted({a.node for a in acks}):
+            mine = [a for a in acks if a.node == node]
+            steps = sorted({a.step for a in mine})
+            step_s = str(steps[0]) if len(steps) == 1 else f"{steps[0]}..{steps[-1]}"
+            out.append(f"  {node:<12} {ranks([a.rank for a in mine]):<10} {step_s:>10}  "
+                       f"{precise(max(a.written_at for a in mine), tz):<23}  "
+                       f"{precise(max(a.received_at for a in mine), tz):<23}")
+    else:
+        out.append("  (none)")
+
+    out += ["", "Volumes:"]
+    if snaps:
+        out.append(f"  {'NODE':<10} {'VOLUME':<28} {'BACKEND':<10} {'CUT AT':<23} {'TOOK':>9}  "
+                   f"{'STATE':<8} {'MANIFEST':<11} NAME")
+        for s in snaps:
+            vol = s.volume.path if s.volume is not None else "?"
+            out.append(f"  {s.node or '(shared)':<10} {vol:<28} {s.backend:<10} {precise(s.cut_at, tz):<23} "
+                       f"{_secs(seconds(s.cut_started_at, s.cut_at)):>9}  {s.state:<8} {_ok(s.manifest_ok):<11} "
+                       f"{s.name}" + (f"  [{s.site}/{s.region}]" if s.site or s.region else "")
+                       + (f"  error: {s.error}" if s.error else ""))
+    else:
+        out.append("  (none)")
+
+    out += ["", "Restore tests:"]
+    for t in tests:
+        ttfs = "-" if t.time_to_first_step is None else f"{t.time_to_first_step:.3f} s"
+        out.append(f"  #{t.id} {t.result} started {precise(t.started_at, tz)} finished {precise(t.finished_at, tz)} "
+                   f"first step {'-' if t.first_step is None else t.first_step} after {ttfs}"
+                   + (f"  slurm job {t.slurm_job_id}" if t.slurm_job_id else "")
+                   + (f"  reason: {t.reason}" if t.reason else ""))
+    if not tests:
+        out.append("  (none)")
+
+    out += ["", "Events:"]
+    for e in events:
+        out.append(f"  {precise(e.at, tz)} {e.level:<7} {e.node or '-':<10} {e.kind}: {e.message}")
+    if not events:
+        out.append("  (none)")
+
+    out += ["", "Timeline:"]
+    out += ["  " + line for line in timeline(st, acks, snaps)]
+    return out
+
+
+def show_doc(st, events: Sequence) -> dict[str, Any]:
+    """show --json: the set's report document plus acks, parts, drills and events (version 1)."""
+    run = st.job_run
+    return {
+        "version": 1,
+        "set": {
+            "set_id": st.id, "job": run.label, "job_id": st.job_id, "restart_count": run.restart_count,
+            "user": st.user_name, "partition": run.partition, "nodes": list(run.nodes), "epoch": st.epoch,
+            "trigger": st.trigger, "wanted": st.wanted, "consistency": st.consistency, "state": st.state,
+            "reason": st.reason, "times": {name: iso_utc(getattr(st, col)) for name, col in PHASE_TIMES},
+            "skew_seconds": st.skew_seconds, "checkpoint_step": st.checkpoint_step,
+            "manifest_ok": st.manifest_ok, "expected_parts": st.expected_parts,
+            "failed_nodes": list(st.failed_nodes or []),
+        },
+        "acks": [{"node": a.node, "rank": a.rank, "local_rank": a.local_rank, "local_size": a.local_size,
+                  "step": a.step, "written_at": iso_utc(a.written_at), "received_at": iso_utc(a.received_at)}
+                 for a in st.acks],
+        "snapshots": [{"snapshot_id": s.id, "node": s.node, "volume_path": s.volume.path if s.volume else None,
+                       "backend": s.backend, "name": s.name, "ref": s.ref, "state": s.state,
+                       "cut_started": iso_utc(s.cut_started_at), "cut_at": iso_utc(s.cut_at),
+                       "site": s.site, "region": s.region, "manifest_ok": s.manifest_ok, "error": s.error}
+                      for s in st.snapshots],
+        "restore_tests": [{"id": t.id, "result": t.result, "started_at": iso_utc(t.started_at),
+                           "finished_at": iso_utc(t.finished_at), "first_step": t.first_step,
+                           "time_to_first_step": t.time_to_first_step, "reason": t.reason,
+                           "slurm_job_id": t.slurm_job_id} for t in st.restore_tests],
+        "events": [{"at": iso_utc(e.at), "level": e.level, "node": e.node, "kind": e.kind, "message": e.message}
+                   for e in events],
+    }

@@ -1,0 +1,387 @@
+"""Restore drills: prove a snapshot set restores, then say so in the inventory.
+
+A drill clones every snapshot of a set into a spare namespace (never the live
+paths), runs the job's resume command there as the job's owner (never root),
+waits for the program's first successful step (restore/runner.py), removes
+the clones, and moves the set to VERIFIED or FAILED_RESTORE. Only VERIFIED
+sets count for RPO, so a set whose latest drill failed stops counting at once.
+
+Order matters for crash safety: the RestoreTest row (RUNNING, with its
+namespace) is committed first and drill.json is written before every clone,
+so a drill killed anywhere is found by the next drill's sweep(), its clones
+removed and its test closed as interrupted; the set's state is only changed
+by a drill that finished.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import pwd
+import shlex
+import signal
+from dataclasses import dataclass, field
+
+from .. import errors
+from ..access import Caller, current_caller, require_owner_or_operator
+from ..protocol import states as S
+from . import namespace as nsmod
+from .guard import check_residency, check_target
+from .parts import BackendFor, backend_resolver, ref_from_row
+from .runner import Credentials, RunResult, run_program
+
+log = logging.getLogger(__name__)
+
+DRILLABLE = frozenset({S.APP, S.CRASH})
+# A RUNNING test without drill.json younger than this may still be setting up.
+STALE_AFTER = 120.0
+PROGRAM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@dataclass
+class Outcome:
+    set_id: int
+    job_id: int
+    test_id: int
+    passed: bool
+    reason: str
+    first_step: int | None = None
+    time_to_first_step: float | None = None
+    namespace: str = ""
+    restore_map: dict = field(default_factory=dict)
+    kept: bool = False
+    cleanup_errors: list = field(default_factory=list)
+    slurm_job_id: int | None = None
+
+
+@dataclass
+class Plan:
+    set_id: int
+    job_id: int
+    job_label: str
+    command: str
+    argv: list
+    deadline: float
+    base: str
+    checkpoint_step: int | None
+    owner: pwd.struct_passwd
+    creds: Credentials
+    snapshots: list
+
+
+def parse_command(command: str) -> list[str]:
+    """shlex, no shell: the words are the argv."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise errors.BadValueError(what="command", value=command, why=str(exc)) from None
+    if not argv:
+        raise errors.BadValueError(what="command", value=command, why="is empty")
+    return argv
+
+
+def parse_selector(text: str) -> tuple[str, int]:
+    """`set:ID` -> ("set", ID); `JOB` -> ("job", JOB)."""
+    kind, value = ("set", text[4:]) if text.startswith("set:") else ("job", text)
+    if not value.isdigit():
+        raise errors.BadValueError(what="restore-test target", value=text, why="expected a job id or set:ID")
+    return kind, int(value)
+
+
+def verdict(result: RunResult, checkpoint_step: int | None, deadline: float) -> tuple[bool, str]:
+    if not result.started:
+        return False, result.error or "the command did not start"
+    if result.first_step is not None:
+        if checkpoint_step is not None and result.first_step < checkpoint_step:
+            return False, (f"resumed at step {result.first_step}, before the set's checkpoint step "
+                           f"{checkpoint_step}: the program did not resume from the snapshot")
+        return True, ""
+    tail = _tail(result.stderr_tail)
+    if result.error:
+        return False, result.error + tail
+    if result.timed_out:
+        return False, f"deadline: no first step within {deadline:g} s" + tail
+    status = result.exit_status
+    if status == 0:
+        return False, "exited with status 0 without reporting a first step (SLURM_SNAP_FIRST_STEP <step>)" + tail
+    if status is not None and status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = str(-status)
+        return False, f"killed by {name} before the first step" + tail
+    return False, f"exit status {status} before the first step" + tail
+
+
+def _tail(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()][-3:]
+    return f"; stderr: {' | '.join(lines)[-600:]}" if lines else ""
+
+
+def owner_credentials(uid: int, name: str) -> tuple[pwd.struct_passwd, Credentials]:
+    if uid == 0:
+        raise errors.BadValueError(what="job owner", value=name or "root",
+                                   why="a restore drill never runs a command as root")
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        raise errors.BadValueError(what="job owner uid", value=uid, why="unknown on this host") from None
+    groups = tuple(g for g in os.getgrouplist(pw.pw_name, pw.pw_gid) if g != 0)
+    return pw, Credentials(uid=pw.pw_uid, gid=pw.pw_gid, groups=groups)
+
+
+def program_env(owner: pwd.struct_passwd, restore_map: dict, per_class: dict, marker: str,
+                set_id: int, checkpoint_step: int | None) -> dict[str, str]:
+    """A small fixed environment: nothing of root's (or the caller's) leaks into the user's program."""
+    env = {"PATH": PROGRAM_PATH, "HOME": owner.pw_dir, "USER": owner.pw_name, "LOGNAME": owner.pw_name,
+           "LANG": "C.UTF-8", "SLURM_SNAP_RESTORE": "1", "SLURM_SNAP_RESTORE_SET": str(set_id),
+           "SLURM_SNAP_RESTORE_MAP": json.dumps(restore_map, sort_keys=True),
+           "SLURM_SNAP_RESTORE_MARKER": marker}
+    if checkpoint_step is not None:
+        env["SLURM_SNAP_RESTORE_STEP"] = str(checkpoint_step)
+    for vclass, path in per_class.items():
+        env["SLURM_SNAP_RESTORE_" + vclass.upper().replace("-", "_")] = path
+    return env
+
+
+class Drill:
+    """One restore drill (or a sweep of dead ones) against an inventory."""
+
+    def __init__(self, cfg, inventory, *, backend_for: BackendFor | None = None, caller: Caller | None = None,
+                 submitter=None):
+        self.cfg = cfg
+        self.inv = inventory
+        self.backend_for = backend_for or backend_resolver(cfg)
+        self.caller = caller or current_caller()
+        self.submitter = submitter
+
+    # -- planning -------------------------------------------------------------
+    def plan(self, selector: str, *, command: str | None = None, deadline: float | None = None,
+             target: str | None = None) -> Plan:
+        kind, value = parse_selector(selector)
+        with self.inv.session() as repo:
+            if kind == "set":
+                st = repo.get_set(value)
+            else:
+                repo.job_run(value)  # NotFound names the job
+                st = repo.drillable_set(value)
+                if st is None:
+                    raise errors.NotFound(what="drillable snapshot set of job", value=str(value))
+            run = st.job_run
+            require_owner_or_operator(self.cfg, self.caller, owner_uid=run.uid, owner_name=run.user_name,
+                                      what=f"job {run.label}")
+            if st.state not in S.RESTORABLE:
+                raise errors.Conflict(f"snapshot set {st.id} is {st.state}; only COMPLETE, VERIFIED or "
+                                      "FAILED_RESTORE sets can be drilled")
+            if st.consistency not in DRILLABLE:
+                raise errors.Conflict(f"snapshot set {st.id} is labelled {st.consistency}; only app- or "
+                                      "crash-consistent sets can be drilled")
+            command = command or (run.options or {}).get("resume_cmd") or ""
+            if not command:
+                raise errors.BadValueError(what="command", value="",
+                                           why=f"no --command given and job {run.label} recorded no resume "
+                                               "command at submit (--snapshot-resume-cmd)")
+            argv = parse_command(command)
+            owner, creds = owner_credentials(run.uid, run.user_name)
+            snapshots = repo.snapshots(st.id)
+            if not snapshots:
+                raise errors.Conflict(f"snapshot set {st.id} has no snapshots to restore")
+            protected = [p for s in snapshots for p in (s.ref, s.path) if p and p.startswith("/")]
+            base = check_target(target or self.cfg.paths.restore_root, repo.live_volume_paths(), self.cfg,
+                                protected=protected)
+            check_residency(self.cfg, base, snapshots)
+            deadline = float(deadline if deadline is not None else self.cfg.timeouts.restore)
+            if deadline <= 0:
+                raise errors.BadValueError(what="deadline", value=deadline, why="must be positive")
+            return Plan(set_id=st.id, job_id=st.job_id, job_label=run.label, command=command, argv=argv,
+                        deadline=deadline, base=base, checkpoint_step=st.checkpoint_step, owner=owner,
+                        creds=creds, snapshots=snapshots)
+
+    # -- the drill -------------------------------------------------------------
+    def run(self, selector: str, *, command: str | None = None, deadline: float | None = None,
+            target: str | None = None, keep: bool = False, submit: bool = False) -> Outcome:
+        plan = self.plan(selector, command=command, deadline=deadline, target=target)
+        if submit and self.submitter is None:
+            raise errors.ConfigError(path=self.cfg.path, key="restore-test --submit", why="no Slurm submitter")
+        self.sweep()
+        with self.inv.session() as repo:
+            busy = repo.running_restore_tests(plan.set_id)
+            if busy:
+                raise errors.Busy(what="snapshot set", value=str(plan.set_id),
+                                  why=f"restore test {busy[0].id} is running ({busy[0].target})")
+            rt = repo.start_restore_test(plan.set_id, plan.command, target="")
+            test_id = rt.id
+            ns = nsmod.namespace_path(plan.base, plan.set_id, test_id)
+            repo.set_restore_test_target(test_id, ns)
+            repo.event("restore_test", f"restore test {test_id} of set {plan.set_id} started in {ns}",
+                       job_id=plan.job_id, set_id=plan.set_id)
+        outcome = Outcome(set_id=plan.set_id, job_id=plan.job_id, test_id=test_id, passed=False, reason="",
+                          namespace=ns, kept=keep)
+        try:
+            self._drill(plan, outcome, submit)
+        except errors.ConfigError as exc:
+            # Our setup is wrong, not the set: close the test, leave the set's state alone.
+            self._abandon(plan, outcome, f"drill aborted: {exc}")
+            raise
+        except BaseException as exc:
+            self._abandon(plan, outcome, f"interrupted: {type(exc).__name__}: {exc}")
+            raise
+        if not keep:
+            outcome.cleanup_errors = nsmod.cleanup_namespace(ns, self._entry_backend(plan.snapshots))
+        self._record(plan, outcome)
+        return outcome
+
+    def _drill(self, plan: Plan, out: Outcome, submit: bool) -> None:
+        ns = out.namespace
+        marker_dir = nsmod.make_namespace(plan.base, ns, plan.creds.uid, plan.creds.gid)
+        marker = os.path.join(marker_dir, nsmod.MARKER_FILE)
+        state = {"version": 1, "set_id": plan.set_id, "test_id": out.test_id, "host": nsmod.this_host(),
+                 "pid": os.getpid(), "started_at": utcnow().isoformat(), "clones": []}
+        nsmod.write_state(ns, state)
+        nodes_per_class: dict[str, set] = {}
+        for snap in plan.snapshots:
+            nodes_per_class.setdefault(snap.volume.volume_class, set()).add(snap.node)
+        restore_map: dict[str, str] = {}
+        per_class: dict[str, str] = {}
+        for snap in plan.snapshots:
+            vclass = snap.volume.volume_class
+            name = nsmod.clone_name(vclass, snap.node, len(nodes_per_class[vclass]) > 1)
+            path = os.path.join(ns, name)
+            state["clones"].append({"snapshot_id": snap.id, "path": path, "live": snap.volume.path,
+                                    "class": vclass, "node": snap.node})
+            nsmod.write_state(ns, state)
+            try:
+                got = self.backend_for(snap).clone(ref_from_row(snap), path)
+            except errors.ConfigError:
+                raise
+            except errors.SnapError as exc:
+                out.reason = f"clone of {snap.volume.path} from snapshot {snap.ref} failed: {exc}"
+                return
+            key = snap.volume.path if snap.volume.path not in restore_map else f"{snap.node}:{snap.volume.path}"
+            restore_map[key] = got
+            per_class.setdefault(vclass, got)
+        out.restore_map = restore_map
+        env = program_env(plan.owner, restore_map, per_class, marker, plan.set_id, plan.checkpoint_step)
+        if submit:
+            def submitted(job_id: int) -> None:
+                out.slurm_job_id = job_id
+                state["slurm_job_id"] = job_id
+                nsmod.write_state(ns, state)
+                with self.inv.session() as repo:
+                    repo.set_restore_test_job(out.test_id, job_id)
+
+            result = self.submitter.run(argv=plan.argv, env=env, marker_dir=marker_dir, marker_file=marker,
+                                        deadline=plan.deadline, owner=plan.owner, creds=plan.creds,
+                                        job_name=f"slurm-snap-restore-{plan.set_id}", on_submitted=submitted)
+        else:
+            result = run_program(plan.argv, env=env, cwd=marker_dir, deadline=plan.deadline,
+                                 marker_file=marker, creds=plan.creds)
+        out.passed, out.reason = verdict(result, plan.checkpoint_step, plan.deadline)
+        out.first_step, out.time_to_first_step = result.first_step, result.time_to_first_step
+
+    def _entry_backend(self, snapshots):
+        return nsmod.resolver_for_entries(self.backend_for, {s.id: s for s in snapshots})
+
+    def _record(self, plan: Plan, out: Outcome) -> None:
+        with self.inv.session() as repo:
+            repo.finish_restore_test(out.test_id, passed=out.passed, first_step=out.first_step,
+                                     time_to_first_step=out.time_to_first_step, reason=out.reason,
+                                     slurm_job_id=out.slurm_job_id)
+            st = repo.get_set(plan.set_id)
+            if st.state not in S.RESTORABLE:
+                # Pruned (or otherwise moved on) while we ran: record the test only.
+                repo.event("restore_test", f"restore test {out.test_id}: set is {st.state} now; state unchanged",
+                           job_id=plan.job_id, set_id=plan.set_id, level="warning")
+            elif out.passed:
+                # verified_at is the latest passing drill; a reason left by an
+                # earlier failed drill no longer applies, any other reason does.
+                reason = "" if st.reason.startswith("restore test ") else st.reason
+                repo.transition(plan.set_id, S.VERIFIED, verified_at=utcnow(), reason=reason)
+            else:
+                # A failed drill revokes the verification: RPO must not count this set.
+                repo.transition(plan.set_id, S.FAILED_RESTORE, verified_at=None,
+                                reason=f"restore test {out.test_id}: {out.reason}"[:4000])
+            msg = (f"restore test {out.test_id} of set {plan.set_id}: "
+                   + (f"PASSED, first step {out.first_step} after {out.time_to_first_step:.2f} s"
+                      if out.passed else f"FAILED: {out.reason}"))
+            if out.cleanup_errors:
+                msg += f"; cleanup left: {'; '.join(out.cleanup_errors)}"
+            repo.event("restore_test", msg, job_id=plan.job_id, set_id=plan.set_id,
+                       level="info" if out.passed and not out.cleanup_errors else "warning")
+
+    def _abandon(self, plan: Plan, out: Outcome, reason: str) -> None:
+        """Close a test that did not finish; clones go, the set's state stays."""
+        try:
+            errs = nsmod.cleanup_namespace(out.namespace, self._entry_backend(plan.snapshots)) \
+                if os.path.isdir(out.namespace) else []
+            with self.inv.session() as repo:
+                repo.finish_restore_test(out.test_id, passed=False, first_step=None, time_to_first_step=None,
+                                         reason=reason + (f"; cleanup left: {'; '.join(errs)}" if errs else ""))
+        except Exception as exc:  # the original error matters more; the next sweep retries
+            log.warning("restore test %s: cleanup after interruption failed: %s", out.test_id, exc)
+
+    # -- cleanup of dead drills ---------------------------------------------------
+    def sweep(self, *, include_kept: bool = False) -> list[str]:
+        """Clean up after drills that died (and, with include_kept, after --keep ones).
+
+        Returns messages about what was cleaned or could not be.
+        """
+        messages: list[str] = []
+        with self.inv.session() as repo:
+            running = [(rt.id, rt.set_id, rt.target, rt.started_at) for rt in repo.running_restore_tests()]
+            rows = {rt_set: repo.snapshots(rt_set, include_deleted=True) for _, rt_set, _, _ in running}
+        now = utcnow()
+        for test_id, set_id, ns, started in running:
+            state = nsmod.read_state(ns) if ns else None
+            if state is not None:
+                if state.get("host") != nsmod.this_host():
+                    continue  # another host's drill: only that host can tell whether it lives
+                if nsmod.pid_alive(int(state.get("pid", 0))) and int(state.get("pid", 0)) != os.getpid():
+                    continue
+            elif (now - started).total_seconds() < STALE_AFTER:
+                continue
+            if state and state.get("slurm_job_id") and self.submitter is not None:
+                self.submitter.cancel(int(state["slurm_job_id"]))
+            errs = nsmod.cleanup_namespace(ns, self._entry_backend(rows[set_id])) if ns and os.path.isdir(ns) else []
+            if errs:
+                messages.append(f"restore test {test_id}: cleanup incomplete: {'; '.join(errs)}")
+                continue
+            with self.inv.session() as repo:
+                repo.finish_restore_test(test_id, passed=False, first_step=None, time_to_first_step=None,
+                                         reason="interrupted: the drill process is gone; clones cleaned up")
+                repo.event("restore_test", f"restore test {test_id}: interrupted drill cleaned up",
+                           set_id=set_id, level="warning")
+            messages.append(f"restore test {test_id}: interrupted drill cleaned up ({ns})")
+        if include_kept:
+            messages += self._sweep_kept()
+        return messages
+
+    def _sweep_kept(self) -> list[str]:
+        messages = []
+        root = self.cfg.paths.restore_root
+        try:
+            entries = sorted(os.listdir(root))
+        except FileNotFoundError:
+            return messages
+        for entry in entries:
+            ns = os.path.join(root, entry)
+            state = nsmod.read_state(ns)
+            if state is None:
+                continue
+            with self.inv.session() as repo:
+                try:
+                    rt = repo.restore_test(int(state.get("test_id", 0)))
+                except errors.NotFound:
+                    continue
+                if rt.result == "RUNNING":
+                    continue
+                rows = repo.snapshots(int(state["set_id"]), include_deleted=True)
+            errs = nsmod.cleanup_namespace(ns, self._entry_backend(rows))
+            messages.append(f"{ns}: " + ("removed" if not errs else "cleanup incomplete: " + "; ".join(errs)))
+        return messages
+

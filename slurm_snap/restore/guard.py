@@ -1,0 +1,84 @@
+"""Where a drill may restore to: never onto live data, never out of residency.
+
+A drill writes (the clones are writable, the program runs in them), so its
+namespace must not be, lie inside, or contain any volume a job declared, nor
+the per-job volume trees where future jobs' volumes will appear. Paths are
+compared after resolving symlinks, component by component.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+from typing import Iterable
+
+from ..errors import BadValueError
+
+
+def _parts(path: str) -> list[str]:
+    return [p for p in os.path.realpath(path).split("/") if p]
+
+
+def _template_parts(prefix: str) -> list[str]:
+    # "{node}" in a node-local prefix matches any one component.
+    return [p.replace("{node}", "*") for p in prefix.split("/") if p]
+
+
+def _match(pattern: str, component: str) -> bool:
+    return fnmatch.fnmatchcase(component, pattern) if "*" in pattern else pattern == component
+
+
+def relation(target: str, live: str, *, template: bool = False) -> str | None:
+    """'is', 'is inside', 'contains' or None, for target vs a live path (or prefix template)."""
+    t = _parts(target)
+    lv = _template_parts(live) if template else _parts(live)
+    n = min(len(t), len(lv))
+    if not all(_match(p, c) for p, c in zip(lv[:n], t[:n])):
+        return None
+    if len(t) == len(lv):
+        return "is"
+    return "is inside" if len(t) > len(lv) else "contains"
+
+
+def check_target(target: str, live: Iterable[tuple[str, int]], cfg, *, protected: Iterable[str] = ()) -> str:
+    """Refuse (BadValueError naming the target and the live path) or return the resolved target."""
+    if not isinstance(target, str) or not os.path.isabs(target):
+        raise BadValueError(what="restore target", value=target, why="must be an absolute path")
+    if any(c in target for c in "\0\n\r"):
+        raise BadValueError(what="restore target", value=target, why="must not contain NUL or newlines")
+    for path, job_id in live:
+        rel = relation(target, path)
+        if rel:
+            raise BadValueError(what="restore target", value=target,
+                                why=f"{rel} live volume {path} of job {job_id}; drills never write live data")
+    for path in protected:
+        rel = relation(target, path)
+        if rel:
+            raise BadValueError(what="restore target", value=target,
+                                why=f"{rel} snapshot {path}; snapshots are read-only")
+    for vc in cfg.volume_classes:
+        if not vc.per_job:
+            continue
+        jobs_tree = f"{vc.prefix}/jobs"
+        rel = relation(target, jobs_tree, template=True)
+        if rel:
+            raise BadValueError(what="restore target", value=target,
+                                why=f"{rel} {jobs_tree}, where class {vc.name!r} creates jobs' live volumes")
+    return os.path.realpath(target)
+
+
+def check_residency(cfg, target: str, snapshots) -> None:
+    """With restore.enforce_residency, every snapshot's site/region must be this restore host's."""
+    if not cfg.restore.enforce_residency:
+        return
+    for snap in snapshots:
+        for key in ("site", "region"):
+            want = getattr(snap, key, "") or ""
+            if not want:
+                vc = cfg.volume_class(snap.volume.volume_class) if getattr(snap, "volume", None) else None
+                want = getattr(vc, key, "") if vc else ""
+            have = getattr(cfg.restore, key)
+            if want and want != have:
+                raise BadValueError(
+                    what="restore target", value=target,
+                    why=f"is in {key} {have or '(restore.' + key + ' unset)'} but snapshot {snap.ref} "
+                        f"must stay in {key} {want!r} (restore.enforce_residency)")

@@ -1,0 +1,109 @@
+"""Carry out retention decisions: delete sets' snapshots through their backends.
+
+Each set goes DELETING (committed) -> every snapshot deleted through its
+backend and marked DELETED (one commit per snapshot) -> DELETED. A prune
+killed anywhere leaves the set in DELETING with some snapshots already
+DELETED; the policy always selects DELETING sets, so the next prune finishes
+exactly what is left (a snapshot the backend no longer has counts as deleted).
+A snapshot another live set still references (whole-filesystem backends share
+one snapshot between sets cut together) is only marked, never removed.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .. import errors
+from ..protocol import states as S
+from .parts import BackendFor, ref_from_row
+from .retention import KEEP, Decision, Policy, SetSummary, decide
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PruneResult:
+    deleted: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+def summary(st) -> SetSummary:
+    cut = st.cut_done_at or st.cut_started_at or st.requested_at
+    return SetSummary(id=st.id, job_id=st.job_id, cut_at=cut, state=st.state, consistency=st.consistency)
+
+
+class Pruner:
+    def __init__(self, inventory, backend_for: BackendFor):
+        self.inv = inventory
+        self.backend_for = backend_for
+
+    def plan(self, policy: Policy, now: Callable[[], dt.datetime], *, job_id: int | None = None,
+             user: str | None = None) -> tuple[list[Decision], dict[int, object]]:
+        """Decisions for the selected sets, and the set rows by id (for printing)."""
+        with self.inv.session() as repo:
+            sets = repo.sets_for_retention(job_id=job_id, user=user)
+            drilled = {rt.set_id: rt.id for rt in repo.running_restore_tests()}
+        decisions = decide([summary(st) for st in sets], policy, now)
+        by_id = {st.id: st for st in sets}
+        out = []
+        for d in decisions:
+            if d.delete and d.set_id in drilled and by_id[d.set_id].state != S.DELETING:
+                d = Decision(d.set_id, d.job_id, KEEP, (f"restore test {drilled[d.set_id]} is running",))
+            out.append(d)
+        return out, by_id
+
+    def apply(self, decisions: Iterable[Decision]) -> PruneResult:
+        result = PruneResult()
+        for d in decisions:
+            if not d.delete:
+                continue
+            try:
+                self.delete_set(d.set_id, why="; ".join(d.reasons))
+                result.deleted.append(d.set_id)
+            except errors.SnapError as exc:
+                result.failed[d.set_id] = str(exc)
+        return result
+
+    def delete_set(self, set_id: int, *, why: str = "") -> None:
+        with self.inv.session() as repo:
+            st = repo.get_set(set_id, lock=True)
+            if st.state == S.DELETED:
+                return
+            if st.state != S.DELETING:
+                running = repo.running_restore_tests(set_id)
+                if running:
+                    raise errors.Busy(what="snapshot set", value=str(set_id),
+                                      why=f"restore test {running[0].id} is running")
+                repo.transition(set_id, S.DELETING)
+                repo.event("prune", f"deleting set {set_id}: {why}", job_id=st.job_id, set_id=set_id)
+            job_id = st.job_id
+        with self.inv.session() as repo:
+            snaps = repo.snapshots(set_id)
+        failures = []
+        for snap in snaps:
+            try:
+                self._delete_snapshot(set_id, snap)
+            except errors.SnapError as exc:
+                failures.append(f"{snap.ref}: {exc}")
+                with self.inv.session() as repo:
+                    repo.set_snapshot_state(snap.id, "DELETING", error=str(exc)[:4000])
+        if failures:
+            with self.inv.session() as repo:
+                repo.event("prune", f"set {set_id} stays DELETING: {'; '.join(failures)}",
+                           job_id=job_id, set_id=set_id, level="error")
+            raise errors.BackendError(backend="prune", why=f"set {set_id}: {'; '.join(failures)}")
+        with self.inv.session() as repo:
+            repo.transition(set_id, S.DELETED)
+            repo.event("prune", f"set {set_id} deleted", job_id=job_id, set_id=set_id)
+
+    def _delete_snapshot(self, set_id: int, snap) -> None:
+        with self.inv.session() as repo:
+            shared = repo.snapshot_refs_in_use(snap.backend, snap.ref, excluding_set=set_id)
+        if not shared:
+            # False (already gone) is fine: deleting is idempotent by contract.
+            self.backend_for(snap).delete(ref_from_row(snap))
+        with self.inv.session() as repo:
+            repo.set_snapshot_state(snap.id, "DELETED",
+                                    error="" if not shared else f"kept: still used by {shared} other set(s)")

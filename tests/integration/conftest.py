@@ -1,0 +1,32 @@
+"""Fixtures for tests that need a real Slurm dev cluster.
+
+`cluster` (session scope) runs `scripts/dev-cluster up` on a fresh state dir
+and always runs `down` afterwards. If the cluster cannot start, the test
+fails under CI=true (a missing real component is a failure there) and is
+skipped with the reason locally.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+# Test modules import the helpers as `cluster`, whatever pytest's import mode.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cluster import Cluster, new_state_dir, remove_state_dir, start_cluster  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    state = new_state_dir()
+    started = None
+    try:
+        started = start_cluster(state)
+        yield started
+    finally:
+        proc = Cluster(state=state, env={}).down() if (state / "etc").exists() else None
+        if proc is not None and proc.returncode != 0:
+            sys.stderr.write(f"dev-cluster down {state} failed:\n{proc.stderr}\n")
+        remove_state_dir(state)
