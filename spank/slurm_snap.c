@@ -42,6 +42,12 @@ SPANK_PLUGIN(slurm-snap, 1)
 #define HELPER_TIMEOUT_SECONDS 20
 /* Enough for the helper's one-line message plus a traceback's tail. */
 #define HELPER_STDERR_MAX 8192
+/* The helper's result: a few SLURM_SNAP_*=VALUE lines. */
+#define HELPER_STDOUT_MAX 16384
+#define RESULT_PREFIX "SLURM_SNAP_"
+#define MAX_RESULT_VARS 32
+/* Job-control variables arrive in the job's environment with this prefix. */
+#define JOB_ENV_PREFIX "SLURM_SPANK_"
 
 enum opt_id {
 	OPT_ON_PREEMPT = 1,
@@ -260,12 +266,12 @@ static double now_seconds(void)
 }
 
 /* Runs in the forked child only: never returns. */
-static void exec_helper(char *const argv[], int err_fd)
+static void exec_helper(char *const argv[], int out_fd, int err_fd)
 {
-	int null_fd = open("/dev/null", O_RDWR);
+	int null_fd = open("/dev/null", O_RDONLY);
 
 	if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 ||
-	    dup2(null_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0)
+	    dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0)
 		_exit(126);
 	/* sbatch may hold sockets and files open; the helper must not inherit them. */
 	closefrom(3);
@@ -277,42 +283,72 @@ static void exec_helper(char *const argv[], int err_fd)
 	_exit(127);
 }
 
-/* Reads the child's stderr until EOF or the deadline. Returns 1 on timeout. */
-static int collect_stderr(int fd, double deadline, char *buf, size_t cap, size_t *len)
+struct capture {
+	int fd;
+	char *buf;
+	size_t cap;
+	size_t len;
+	int keep_tail;     /* stderr: the last line names the bad value */
+};
+
+static void capture_append(struct capture *c, const char *chunk, size_t n)
+{
+	if (c->len + n > c->cap - 1) {
+		if (c->keep_tail) {
+			size_t drop = c->len + n - (c->cap - 1);
+
+			if (drop > c->len)
+				drop = c->len;
+			memmove(c->buf, c->buf + drop, c->len - drop);
+			c->len -= drop;
+		}
+		if (n > c->cap - 1 - c->len)
+			n = c->cap - 1 - c->len;
+	}
+	memcpy(c->buf + c->len, chunk, n);
+	c->len += n;
+	c->buf[c->len] = '\0';
+}
+
+/* Reads stdout and stderr until both close or the deadline. Returns 1 on timeout. */
+static int collect_output(struct capture *cs, int ncs, double deadline)
 {
 	for (;;) {
+		struct pollfd pfd[2];
+		int open_fds = 0, r;
 		double left = deadline - now_seconds();
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		int r;
 
+		for (int i = 0; i < ncs; i++) {
+			pfd[i].fd = cs[i].fd;
+			pfd[i].events = POLLIN;
+			pfd[i].revents = 0;
+			if (cs[i].fd >= 0)
+				open_fds++;
+		}
+		if (!open_fds)
+			return 0;
 		if (left <= 0)
 			return 1;
-		r = poll(&pfd, 1, (int) (left * 1000) + 1);
+		r = poll(pfd, ncs, (int) (left * 1000) + 1);
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r <= 0)
-			return r == 0 ? 1 : 0;
-		{
+		if (r < 0)
+			return 0;
+		for (int i = 0; i < ncs; i++) {
 			char chunk[1024];
-			ssize_t n = read(fd, chunk, sizeof(chunk));
+			ssize_t n;
 
+			if (cs[i].fd < 0 || !(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			n = read(cs[i].fd, chunk, sizeof(chunk));
 			if (n < 0 && errno == EINTR)
 				continue;
-			if (n <= 0)
-				return 0;
-			/* Keep the tail: the last line is the one naming the bad value. */
-			if (*len + (size_t) n > cap - 1) {
-				size_t drop = *len + (size_t) n - (cap - 1);
-
-				if (drop > *len)
-					drop = *len;
-				memmove(buf, buf + drop, *len - drop);
-				*len -= drop;
+			if (n <= 0) {
+				close(cs[i].fd);
+				cs[i].fd = -1;
+				continue;
 			}
-			if ((size_t) n > cap - 1 - *len)
-				n = (ssize_t) (cap - 1 - *len);
-			memcpy(buf + *len, chunk, (size_t) n);
-			*len += (size_t) n;
+			capture_append(&cs[i], chunk, (size_t) n);
 		}
 	}
 }
@@ -329,12 +365,16 @@ static void report_helper_output(char *buf)
 	}
 }
 
-static int run_validate(void)
+/*
+ * Runs `HELPER --config CONFIG hook validate-options ...` as the submitting
+ * user. On success `out` holds the helper's stdout (KEY=VALUE lines).
+ */
+static int run_validate(char *out, size_t out_cap)
 {
-	char *argv[10];
-	int n = 0, pipefd[2], status = 0, timed_out;
-	char buf[HELPER_STDERR_MAX];
-	size_t len = 0;
+	char *argv[12];
+	int n = 0, outp[2], errp[2], status = 0, timed_out;
+	char err[HELPER_STDERR_MAX];
+	struct capture cs[2];
 	pid_t pid;
 
 	if (ctx.helper[0] == '\0' || ctx.config[0] == '\0') {
@@ -357,25 +397,42 @@ static int run_validate(void)
 	}
 	argv[n++] = "--consistency";
 	argv[n++] = ctx.consistency ? ctx.consistency : "app";
+	if (ctx.resume_cmd) {
+		argv[n++] = "--resume-cmd";
+		argv[n++] = ctx.resume_cmd;
+	}
 	argv[n] = NULL;
 
-	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+	if (pipe2(outp, O_CLOEXEC) < 0) {
 		slurm_error(PREFIX "pipe: %s", strerror(errno));
+		return -1;
+	}
+	if (pipe2(errp, O_CLOEXEC) < 0) {
+		slurm_error(PREFIX "pipe: %s", strerror(errno));
+		close(outp[0]);
+		close(outp[1]);
 		return -1;
 	}
 	pid = fork();
 	if (pid < 0) {
 		slurm_error(PREFIX "fork: %s", strerror(errno));
-		close(pipefd[0]);
-		close(pipefd[1]);
+		close(outp[0]);
+		close(outp[1]);
+		close(errp[0]);
+		close(errp[1]);
 		return -1;
 	}
 	if (pid == 0)
-		exec_helper(argv, pipefd[1]);
-	close(pipefd[1]);
-	timed_out = collect_stderr(pipefd[0], now_seconds() + HELPER_TIMEOUT_SECONDS, buf, sizeof(buf), &len);
-	close(pipefd[0]);
-	buf[len] = '\0';
+		exec_helper(argv, outp[1], errp[1]);
+	close(outp[1]);
+	close(errp[1]);
+	out[0] = err[0] = '\0';
+	cs[0] = (struct capture) { .fd = outp[0], .buf = out, .cap = out_cap, .keep_tail = 0 };
+	cs[1] = (struct capture) { .fd = errp[0], .buf = err, .cap = sizeof(err), .keep_tail = 1 };
+	timed_out = collect_output(cs, 2, now_seconds() + HELPER_TIMEOUT_SECONDS);
+	for (int i = 0; i < 2; i++)
+		if (cs[i].fd >= 0)
+			close(cs[i].fd);
 	if (timed_out) {
 		kill(-pid, SIGKILL);
 		kill(pid, SIGKILL);
@@ -388,8 +445,10 @@ static int run_validate(void)
 	}
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return 0;
-	if (len)
-		report_helper_output(buf);
+	if (cs[1].len) {
+		report_helper_output(err);
+		return -1;
+	}
 	if (WIFEXITED(status))
 		slurm_error(PREFIX "invalid snapshot options (helper %s exited with %d)", ctx.helper, WEXITSTATUS(status));
 	else
@@ -408,8 +467,48 @@ static int export_env(spank_t sp, const char *name, const char *value)
 	return 0;
 }
 
+/*
+ * The helper's stdout: SLURM_SNAP_NAME=VALUE lines (barrier dir, signal...)
+ * the ranks need. They travel in the job-control environment, so they survive
+ * requeue and --export=NONE; user_init copies them into the job's environment.
+ */
+static int export_result(spank_t sp, char *out)
+{
+	char *save = NULL;
+	int count = 0;
+
+	for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *eq = strchr(line, '=');
+		size_t klen;
+
+		if (!eq || strncmp(line, RESULT_PREFIX, strlen(RESULT_PREFIX)))
+			continue; /* not a result line: ignore, never fail a submission on chatter */
+		*eq = '\0';
+		klen = strlen(line);
+		if (klen > 64 || strspn(line, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != klen ||
+		    check_text(line, eq + 1, 1) < 0) {
+			slurm_error(PREFIX "helper printed an unusable result line for '%.64s'", line);
+			return -1;
+		}
+		/* The marker and the option variables are ours to set, not the helper's. */
+		if (!strcmp(line, "SLURM_SNAP") || !strcmp(line, "SLURM_SNAP_ON_PREEMPT") ||
+		    !strcmp(line, "SLURM_SNAP_VOLUMES") || !strcmp(line, "SLURM_SNAP_CONSISTENCY") ||
+		    !strcmp(line, "SLURM_SNAP_RESUME_CMD"))
+			continue;
+		if (++count > MAX_RESULT_VARS) {
+			slurm_error(PREFIX "helper printed more than %d result lines", MAX_RESULT_VARS);
+			return -1;
+		}
+		if (export_env(sp, line, eq + 1) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
+	char result[HELPER_STDOUT_MAX];
+
 	(void) ac;
 	(void) av;
 	if (!is_local() || !ctx.given)
@@ -420,7 +519,7 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 		return -1;
 	if (ctx.resume_cmd && check_text("snapshot-resume-cmd", ctx.resume_cmd, 0) < 0)
 		return -1;
-	if (run_validate() < 0)
+	if (run_validate(result, sizeof(result)) < 0)
 		return -1;
 	if (export_env(sp, "SLURM_SNAP", "1") < 0)
 		return -1;
@@ -432,7 +531,47 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 		return -1;
 	if (ctx.resume_cmd && export_env(sp, "SLURM_SNAP_RESUME_CMD", ctx.resume_cmd) < 0)
 		return -1;
+	if (export_result(sp, result) < 0)
+		return -1;
 	slurm_debug(PREFIX "version %s: options accepted", SLURM_SNAP_VERSION);
+	return 0;
+}
+
+/*
+ * Remote (slurmstepd, before the tasks start): give the job's tasks the
+ * job-control variables under their own names (SLURM_SPANK_SLURM_SNAP_X ->
+ * SLURM_SNAP_X), which is what the rank-side client reads. String copies
+ * only: nothing here may block or fail a job.
+ */
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+	char **env = NULL;
+	char *copies[MAX_RESULT_VARS + 8];
+	int n = 0;
+	size_t plen = strlen(JOB_ENV_PREFIX);
+
+	(void) ac;
+	(void) av;
+	if (!spank_remote(sp))
+		return 0;
+	if (spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || !env)
+		return 0;
+	/* Copy first: spank_setenv may reallocate the array being walked. */
+	for (char **e = env; *e && n < (int) (sizeof(copies) / sizeof(copies[0])); e++) {
+		if (!strncmp(*e, JOB_ENV_PREFIX RESULT_PREFIX, plen + strlen(RESULT_PREFIX)) &&
+		    (copies[n] = strdup(*e + plen)))
+			n++;
+	}
+	for (int i = 0; i < n; i++) {
+		char *eq = strchr(copies[i], '=');
+
+		if (eq) {
+			*eq = '\0';
+			if (spank_setenv(sp, copies[i], eq + 1, 1) != ESPANK_SUCCESS)
+				slurm_debug(PREFIX "could not set %s in the job environment", copies[i]);
+		}
+		free(copies[i]);
+	}
 	return 0;
 }
 

@@ -58,7 +58,7 @@ class SnapshotRef:
 
 def check_name(name: str) -> str:
     """Reject snapshot names that are unsafe as a path component or argument."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise errors.BadValueError(
             what="snapshot name", value=name,
             why="use 1-200 of A-Z a-z 0-9 _ . : -, not starting with '.' or '-'")
@@ -138,12 +138,12 @@ class Backend(abc.ABC):
 
     def check(self) -> None:
         """Resolve every tool on the target host; errors.ToolMissing names the first missing one."""
-        wanted = [(t, self.options["tool_dir"]) for t in self.TOOLS] + [(u, None) for u in self.UTILS]
-        for tool, tool_dir in wanted:
-            path = self.transport.find_tool(tool, tool_dir, self.timeout)
-            if path is None:
+        found = self.transport.find_tools(self.TOOLS, self.options["tool_dir"], self.timeout)
+        found.update(self.transport.find_tools(self.UTILS, None, self.timeout))
+        for tool in (*self.TOOLS, *self.UTILS):
+            if found.get(tool) is None:
                 raise errors.ToolMissing(self.name, tool, self.transport.where)
-            self.tools[tool] = path
+            self.tools[tool] = found[tool]
 
     # -- running tools ------------------------------------------------------
     def run(self, tool: str, *args: str, ok: tuple[int, ...] = (0,), input: bytes | None = None) -> Result:
@@ -151,10 +151,12 @@ class Backend(abc.ABC):
         argv = [self.tools[tool], *args]
         result = self.transport.run(argv, self.timeout, input=input)
         if result.status not in ok:
+            where = self.transport.where
+            # One line for the CLI and the inventory's event log; long enough for any real error.
+            lines = [ln.strip() for ln in result.stderr.decode(errors="replace").splitlines() if ln.strip()]
             raise errors.CommandFailed(
-                argv0=tool, status=result.status,
-                stderr=result.stderr.decode(errors="replace").strip() or "(no stderr)",
-                argv=argv, host=self.transport.where)
+                argv0=tool if where == "localhost" else f"{tool} (on {where})", status=result.status,
+                stderr=" / ".join(lines)[:2000] or "(no stderr)", argv=argv, host=where)
         return result
 
     # -- path helpers for backends whose volumes are directories -----------

@@ -83,8 +83,9 @@ class BtrfsBackend(Backend):
         uuid = self._volume_uuid(volume)
         volume = volume.rstrip("/")
         target = posixpath.join(self.snapdir(volume), name)
-        if self.path_exists(target):
-            info = self._snapshot_info(target)
+        ino = self.inode(target)
+        if ino is not None:
+            info = self._show(target) if ino == BTRFS_ROOT_INODE else None
             if info is not None and info.get("Parent UUID") == uuid:
                 return self._ref(volume, name, target, info)
             other = f"subvolume with UUID {info.get('Parent UUID')}" if info else "a non-snapshot entry"

@@ -51,7 +51,7 @@ class CephfsBackend(Backend):
     def list(self, volume: str) -> list[SnapshotRef]:
         volume = self._volume(volume)
         return [self.ref(volume, n, self._path(volume, n), self._path(volume, n))
-                for n in self.listdir(posixpath.join(volume, ".snap")) if not _INHERITED_RE.match(n)]
+                for n in self.listdir(posixpath.join(volume, ".snap")) if not _INHERITED_RE.fullmatch(n)]
 
     def _snap_path(self, ref: SnapshotRef) -> str:
         path = check_abs_path("cephfs snapshot", ref.ref)

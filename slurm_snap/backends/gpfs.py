@@ -52,7 +52,7 @@ class GpfsBackend(Backend):
     def __init__(self, options, transport):
         super().__init__(options, transport)
         dev = self.options["device"]
-        if not dev or not _ID_RE.match(dev):
+        if not dev or not _ID_RE.fullmatch(dev):
             raise errors.ConfigError(path=f"backend {self.name}", key="device",
                                      why=f"required: the GPFS file system device name, got {dev!r}")
 
@@ -62,7 +62,7 @@ class GpfsBackend(Backend):
                             scope="fileset", needs_root=True, can_clone=False)
 
     def _fileset(self, volume: str, what: str = "gpfs fileset") -> str:
-        if not isinstance(volume, str) or not _ID_RE.match(volume):
+        if not isinstance(volume, str) or not _ID_RE.fullmatch(volume):
             raise errors.BadValueError(what=what, value=volume, why="expected a fileset name")
         return volume
 

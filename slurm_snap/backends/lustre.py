@@ -58,7 +58,7 @@ class LustreBackend(Backend):
     def __init__(self, options, transport):
         super().__init__(options, transport)
         fsname = self.options["fsname"]
-        if not fsname or not _FSNAME_RE.match(fsname):
+        if not fsname or not _FSNAME_RE.fullmatch(fsname):
             raise errors.ConfigError(path=f"backend {self.name}", key="fsname",
                                      why=f"required: the Lustre filesystem name (1-8 of A-Z a-z 0-9 _ -), got {fsname!r}")
         if self.options["mountpoint"]:

@@ -22,7 +22,7 @@ SEP = "|"
 
 
 def check_volume(value: str, what: str = "lvm volume") -> tuple[str, str]:
-    m = _VOLUME_RE.match(value) if isinstance(value, str) else None
+    m = _VOLUME_RE.fullmatch(value) if isinstance(value, str) else None
     if not m:
         raise errors.BadValueError(what=what, value=value, why="expected VG/LV")
     return m.group(1), m.group(2)

@@ -40,6 +40,18 @@ class SshTransport(Transport):
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
 
+    _shared: dict[tuple, "SshTransport"] = {}
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def for_host(cls, host: str, **kwargs) -> "SshTransport":
+        """The one transport (and so the one connection) per host and settings in this process."""
+        key = (host, *sorted(kwargs.items()))
+        with cls._shared_lock:
+            if key not in cls._shared:
+                cls._shared[key] = cls(host, **kwargs)
+            return cls._shared[key]
+
     # -- connection ---------------------------------------------------------
     def _connect(self) -> paramiko.SSHClient:
         with self._lock:
@@ -132,14 +144,24 @@ class SshTransport(Transport):
             raise errors.Timeout(what=f"{what} on {self.where}", seconds=timeout)
         return Result(status, bytes(out), bytes(err))
 
+    # The script is a constant; tool names and directories only ever arrive
+    # as positional parameters. For each tool it prints the first executable
+    # DIR/TOOL, or an empty line. (`command -v` would answer "test" for a
+    # shell builtin, not a path we can exec.)
+    _FIND_SCRIPT = ('set -f; dirs=$1; shift; for t in "$@"; do p=; IFS=:; for d in $dirs; do '
+                    'if [ -x "$d/$t" ]; then p="$d/$t"; break; fi; done; unset IFS; echo "$p"; done')
+
+    def find_tools(self, tools: Sequence[str], tool_dir: str | None, timeout: float) -> dict[str, str | None]:
+        tools = list(tools)
+        if not tools:
+            return {}
+        if tool_dir is not None and ":" in tool_dir:
+            raise errors.BadValueError(what="tool_dir", value=tool_dir, why="must not contain ':'")
+        res = self.run(["sh", "-c", self._FIND_SCRIPT, "find-tools", tool_dir or FIXED_PATH, *tools], timeout)
+        lines = res.text.split("\n")
+        if res.status != 0 or len(lines) < len(tools):
+            raise errors.TransportError(host=self.where, why=f"tool lookup failed: {res.stderr.decode(errors='replace').strip()}")
+        return {t: (p if p.startswith("/") else None) for t, p in zip(tools, lines)}
+
     def find_tool(self, tool: str, tool_dir: str | None, timeout: float) -> str | None:
-        if tool_dir:
-            path = f"{tool_dir.rstrip('/')}/{tool}"
-            return path if self.run(["test", "-x", path], timeout).status == 0 else None
-        # One round trip: the first executable $0 in the fixed PATH. The script
-        # is a constant; the tool name only ever arrives as $0. (`command -v`
-        # would answer "test" for a shell builtin, not a path we can exec.)
-        script = 'IFS=:; for d in $1; do if [ -x "$d/$0" ]; then echo "$d/$0"; exit 0; fi; done; exit 1'
-        res = self.run(["sh", "-c", script, tool, FIXED_PATH], timeout)
-        path = res.text.strip()
-        return path if res.status == 0 and path.startswith("/") else None
+        return self.find_tools([tool], tool_dir, timeout)[tool]

@@ -31,7 +31,8 @@ class Result:
 
 
 def _check_argv(argv: Sequence[str]) -> list[str]:
-    if not argv or not all(isinstance(a, str) for a in argv):
+    # A bare string would be split into characters, or worse, read as a shell line.
+    if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
         raise errors.BadValueError(what="argv", value=argv, why="must be a non-empty list of strings")
     if any("\0" in a for a in argv):
         raise errors.BadValueError(what="argv", value=argv, why="arguments must not contain NUL")
@@ -60,6 +61,10 @@ class Transport(abc.ABC):
             if self.run(["test", "-x", path], timeout).status == 0:
                 return path
         return None
+
+    def find_tools(self, tools: Sequence[str], tool_dir: str | None, timeout: float) -> dict[str, str | None]:
+        """find_tool for several tools; remote transports do it in one round trip."""
+        return {t: self.find_tool(t, tool_dir, timeout) for t in tools}
 
     def close(self) -> None:
         """Release connections; the transport may be used again afterwards."""

@@ -19,7 +19,7 @@ _DATASET_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*(/[A-Za-z0-9_.: -]*[A-Za-z0-
 
 
 def check_dataset(value: str, what: str = "zfs dataset") -> str:
-    if not isinstance(value, str) or not _DATASET_RE.match(value) or len(value) > 255:
+    if not isinstance(value, str) or not _DATASET_RE.fullmatch(value) or len(value) > 255:
         raise errors.BadValueError(what=what, value=value,
                                    why="expected pool/fs[/...] of A-Z a-z 0-9 _ . : - (and inner spaces)")
     return value

@@ -22,8 +22,12 @@ COMMANDS = {
     "doctor": "doctor_cmd",
     "hook": "hook_cmd",
     "metrics": "metrics_cmd",
+    "prune": "prune_cmd",
+    "repair": "repair_cmd",
     "report": "report_cmd",
+    "restore-test": "restore_test_cmd",
     "show": "show_cmd",
+    "snapshot": "snapshot_cmd",
 }
 
 

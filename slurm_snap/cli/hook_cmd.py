@@ -77,7 +77,8 @@ def _run(ctx, name):
         raise click.exceptions.Exit(0)
     raw_id = os.environ.get("SLURM_JOB_ID", "")
     job_id = int(raw_id) if raw_id.isdigit() else None
-    status = run_hook(name, body, cfg=cfg, job_id=job_id, record_failure=record_failure)
+    status = run_hook(name, body, cfg=cfg, job_id=job_id, node=os.environ.get("SLURMD_NODENAME", ""),
+                      record_failure=record_failure)
     raise click.exceptions.Exit(status)
 
 

@@ -80,15 +80,17 @@ def _prepare_volume(cfg: Config, spec: VolumeSpec, job: JobEnv, *, create: bool)
     be theirs. Either way nothing below an allowed root is reached through a link."""
     vc = cfg.volume_class(spec.volume_class)
     roots = tuple(cfg.paths.allowed_roots) or (vc.prefix_for(spec.node or None),)
+    if create:
+        # <prefix>/jobs is root's; each job's volume inside it is the user's.
+        parent = os.path.dirname(spec.path)
+        paths.resolve(vc.prefix_for(spec.node or None), roots, must_exist=True)
+        if not paths.resolve(parent, roots, must_exist=False).exists:
+            os.makedirs(parent, mode=0o755, exist_ok=True)
     r = paths.resolve(spec.path, roots, must_exist=not create)
     if r.exists:
-        if r.uid != job.uid and create is False:
+        if r.uid != job.uid:
             raise PathError(spec.path, f"owned by uid {r.uid}, not by the job's user {job.user} (uid {job.uid})")
         return
-    parent = os.path.dirname(spec.path)
-    paths.resolve(vc.prefix_for(spec.node or None), roots, must_exist=True)
-    os.makedirs(parent, mode=0o755, exist_ok=True)
-    paths.resolve(parent, roots, must_exist=True)
     from ..backends.factory import backend_for_class
 
     backend = backend_for_class(cfg, vc, spec.node or None, local=True)

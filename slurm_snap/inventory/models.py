@@ -100,7 +100,11 @@ class SnapshotSet(Base):
     __tablename__ = "snapshot_set"
     __table_args__ = (UniqueConstraint("job_run_id", "epoch", name="uq_set_epoch"),
                       Index("ix_set_state_requested", "state", "requested_at"),
-                      Index("ix_set_requested", "requested_at"))
+                      Index("ix_set_requested", "requested_at"),
+                      # report: RPO is max(cut_done_at) of VERIFIED sets per job (covering
+                      # index), and a user's window is user_name + requested_at (migration 0002).
+                      Index("ix_set_job_state_cut", "job_id", "state", "cut_done_at"),
+                      Index("ix_set_user_requested", "user_name", "requested_at"))
 
     id: Mapped[intpk]
     job_run_id: Mapped[int] = mapped_column(ForeignKey("job_run.id"), index=True)

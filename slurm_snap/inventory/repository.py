@@ -700,8 +700,9 @@ class _SecondsBetween(ColumnElement):
 
 @compiles(_SecondsBetween, "sqlite")
 def _seconds_sqlite(el, compiler, **kw):
-    return (f"((julianday({compiler.process(el.end, **kw)}) - "
-            f"julianday({compiler.process(el.start, **kw)})) * 86400.0)")
+    # julianday() is a double of days: round to the millisecond so 5 s reads 5.0, not 4.99997.
+    return (f"(round((julianday({compiler.process(el.end, **kw)}) - "
+            f"julianday({compiler.process(el.start, **kw)})) * 86400000.0) / 1000.0)")
 
 
 @compiles(_SecondsBetween, "postgresql")

@@ -67,7 +67,7 @@ class AckCollector:
         self.node_filter = node_filter
         self.max_bytes = max_bytes
         self.clock = clock
-        self._sig: dict[str, tuple] = {}   # name -> (ino, mtime_ns, size) last examined
+        self._sig: dict[str, tuple] = {}   # name -> (ino, mtime, ctime, size) last examined
         self._dfd = -1
 
     # -- directory ----------------------------------------------------------
@@ -135,7 +135,7 @@ class AckCollector:
             return None
         try:
             st = os.fstat(fd)
-            sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+            sig = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
             if check_changed and self._sig.get(name) == sig:
                 return None
             self._sig[name] = sig

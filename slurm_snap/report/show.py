@@ -81,11 +81,11 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None) -> list[str]:
 
     out += ["", "Volumes:"]
     if snaps:
-        out.append(f"  {'NODE':<10} {'VOLUME':<28} {'BACKEND':<10} {'CUT AT':<23} {'TOOK':>9}  "
+        out.append(f"  {'NODE':<10} {'VOLUME':<28} {'BACKEND':<12} {'CUT AT':<23} {'TOOK':>9}  "
                    f"{'STATE':<8} {'MANIFEST':<11} NAME")
         for s in snaps:
             vol = s.volume.path if s.volume is not None else "?"
-            out.append(f"  {s.node or '(shared)':<10} {vol:<28} {s.backend:<10} {precise(s.cut_at, tz):<23} "
+            out.append(f"  {s.node or '(shared)':<10} {vol:<28} {s.backend:<12} {precise(s.cut_at, tz):<23} "
                        f"{_secs(seconds(s.cut_started_at, s.cut_at)):>9}  {s.state:<8} {_ok(s.manifest_ok):<11} "
                        f"{s.name}" + (f"  [{s.site}/{s.region}]" if s.site or s.region else "")
                        + (f"  error: {s.error}" if s.error else ""))
@@ -110,7 +110,7 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None) -> list[str]:
 
     out += ["", "Timeline:"]
     out += ["  " + line for line in timeline(st, acks, snaps)]
-    return out
+    return [line.rstrip() for line in out]
 
 
 def show_doc(st, events: Sequence) -> dict[str, Any]:

@@ -31,7 +31,7 @@ _UNITS = {
 _NAMED_HOURS = {"midnight": 0, "noon": 12, "elevenses": 11, "fika": 15, "teatime": 16}
 
 _NOW = re.compile(r"now(?:([+-])(\d+)([a-z]*))?")
-_ISO = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:T(\d{1,2}):(\d{2})(?::(\d{2}))?)?")
+_ISO = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:t(\d{1,2}):(\d{2})(?::(\d{2}))?)?")  # input is lower-cased
 _SLASH = re.compile(r"(\d{1,2})([/.])(\d{1,2})(?:\2(\d{2}|\d{4}))?")
 _PACKED = re.compile(r"(\d{2})(\d{2})(\d{2})?")
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(am|pm)?")
@@ -73,14 +73,14 @@ def parse_time(value: str, *, now: dt.datetime, tz: dt.tzinfo | None = None, wha
         clock = _clock(m.group(4), m.group(5), m.group(6), None, bad) if m.group(4) else dt.time(0)
         return _at(day, clock, tz)
 
-    date_part, _, clock_part = text.partition("-")
+    date_part, dash, clock_part = text.partition("-")
     day = _parse_date(date_part, today, bad)
     if day is not None:
-        clock = _parse_clock(clock_part, bad) if clock_part else dt.time(0)
+        clock = _parse_clock(clock_part, bad) if dash else dt.time(0)
         if clock is None:
             raise bad("the time after '-' must be HH:MM[:SS]")
         return _at(day, clock, tz)
-    if clock_part:
+    if dash:
         raise bad("not a Slurm time (see --help for the accepted formats)")
     clock = _parse_clock(text, bad)
     if clock is not None:

@@ -21,6 +21,10 @@ def _span(start: dt.datetime | None, end: dt.datetime | None, ch: str):
     return (start, end, ch) if start is not None and end is not None else None
 
 
+def _first(*stamps):
+    return next((t for t in stamps if t is not None), None)
+
+
 def timeline(st, acks: Sequence, snaps: Sequence, *, width: int = WIDTH) -> list[str]:
     t0 = st.requested_at
     stamps = [t for t in (st.signalled_at, st.barrier_at, st.cut_started_at, st.cut_done_at, st.finished_at)
@@ -28,10 +32,12 @@ def timeline(st, acks: Sequence, snaps: Sequence, *, width: int = WIDTH) -> list
     stamps += [a.received_at for a in acks] + [s.cut_at for s in snaps]
     t1 = max(stamps, default=t0)
     total = (t1 - t0).total_seconds()
+    # A phase that never ended (a set failed while quiescing or cutting) lasts
+    # until the next thing that did happen, so the bar shows where it stalled.
     rows: list[tuple[str, list]] = [("(set)", [
-        _span(t0, st.signalled_at, "w"),
-        _span(st.signalled_at, st.barrier_at, "q"),
-        _span(st.cut_started_at, st.cut_done_at, "c"),
+        _span(t0, _first(st.signalled_at, st.cut_started_at, st.finished_at), "w"),
+        _span(st.signalled_at, _first(st.barrier_at, st.cut_started_at, st.finished_at), "q"),
+        _span(st.cut_started_at, _first(st.cut_done_at, st.finished_at), "c"),
         _span(st.cut_done_at, st.finished_at, "f"),
     ])]
     nodes = sorted({a.node for a in acks} | {s.node for s in snaps})

@@ -72,6 +72,8 @@ class Plan:
     owner: pwd.struct_passwd
     creds: Credentials
     snapshots: list
+    live: list = field(default_factory=list)
+    protected: list = field(default_factory=list)
 
 
 def parse_command(command: str) -> list[str]:
@@ -192,15 +194,15 @@ class Drill:
             if not snapshots:
                 raise errors.Conflict(f"snapshot set {st.id} has no snapshots to restore")
             protected = [p for s in snapshots for p in (s.ref, s.path) if p and p.startswith("/")]
-            base = check_target(target or self.cfg.paths.restore_root, repo.live_volume_paths(), self.cfg,
-                                protected=protected)
+            live = repo.live_volume_paths()
+            base = check_target(target or self.cfg.paths.restore_root, live, self.cfg, protected=protected)
             check_residency(self.cfg, base, snapshots)
             deadline = float(deadline if deadline is not None else self.cfg.timeouts.restore)
             if deadline <= 0:
                 raise errors.BadValueError(what="deadline", value=deadline, why="must be positive")
             return Plan(set_id=st.id, job_id=st.job_id, job_label=run.label, command=command, argv=argv,
                         deadline=deadline, base=base, checkpoint_step=st.checkpoint_step, owner=owner,
-                        creds=creds, snapshots=snapshots)
+                        creds=creds, snapshots=snapshots, live=live, protected=protected)
 
     # -- the drill -------------------------------------------------------------
     def run(self, selector: str, *, command: str | None = None, deadline: float | None = None,
@@ -248,15 +250,18 @@ class Drill:
             nodes_per_class.setdefault(snap.volume.volume_class, set()).add(snap.node)
         restore_map: dict[str, str] = {}
         per_class: dict[str, str] = {}
+        state["namespaces"] = []
         for snap in plan.snapshots:
             vclass = snap.volume.volume_class
             name = nsmod.clone_name(vclass, snap.node, len(nodes_per_class[vclass]) > 1)
-            path = os.path.join(ns, name)
-            state["clones"].append({"snapshot_id": snap.id, "path": path, "live": snap.volume.path,
-                                    "class": vclass, "node": snap.node})
-            nsmod.write_state(ns, state)
             try:
-                got = self.backend_for(snap).clone(ref_from_row(snap), path)
+                backend = self.backend_for(snap)
+                where = self._clone_parent(backend, snap, plan, ns, state)
+                path = os.path.join(where, name)
+                state["clones"].append({"snapshot_id": snap.id, "path": path, "ns": where,
+                                        "live": snap.volume.path, "class": vclass, "node": snap.node})
+                nsmod.write_state(ns, state)
+                got = backend.clone(ref_from_row(snap), path)
             except errors.ConfigError:
                 raise
             except errors.SnapError as exc:
@@ -283,6 +288,26 @@ class Drill:
                                  marker_file=marker, creds=plan.creds)
         out.passed, out.reason = verdict(result, plan.checkpoint_step, plan.deadline)
         out.first_step, out.time_to_first_step = result.first_step, result.time_to_first_step
+
+    def _clone_parent(self, backend, snap, plan: Plan, ns: str, state: dict) -> str:
+        """The namespace itself, or a sibling on the snapshot's filesystem when
+        the restore root is on another one (clones cannot cross filesystems)."""
+        if not snap.ref.startswith("/"):
+            return ns  # a dataset or volume name: the backend places its clone
+        snap_mount = nsmod.mount_point(backend, snap.ref)
+        ns_mount = nsmod.mount_point(backend, ns)
+        if snap_mount is None or ns_mount is None or snap_mount == ns_mount:
+            return ns
+        alt = nsmod.alt_namespace(snap_mount, ns)
+        try:
+            check_target(alt, plan.live, self.cfg, protected=plan.protected)
+        except errors.BadValueError:
+            return ns  # never onto live data: let the clone fail instead
+        if alt not in state["namespaces"]:
+            state["namespaces"].append(alt)
+            nsmod.write_state(ns, state)
+            backend.mkdir_p(alt)
+        return alt
 
     def _entry_backend(self, snapshots):
         return nsmod.resolver_for_entries(self.backend_for, {s.id: s for s in snapshots})

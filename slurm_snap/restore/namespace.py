@@ -26,6 +26,9 @@ from ..errors import BadValueError, BackendError
 from .parts import BackendFor
 
 STATE_FILE = "drill.json"
+# On a snapshot's own filesystem when the restore root is on another one
+# (btrfs and reflink clones cannot cross filesystems).
+ALT_DIR = ".slurm-snap-restore"
 MARKER_DIR = ".marker"
 MARKER_FILE = "first-step"
 BTRFS_ROOT_INODE = 256
@@ -112,18 +115,51 @@ def remove_clone(backend: Backend, path: str, ns: str) -> bool:
     raise BackendError(backend=backend.name, why=f"cannot remove clone {path} on {backend.transport.where}")
 
 
+def mount_point(backend: Backend, path: str) -> str | None:
+    """Mount point of the filesystem holding `path` (or its nearest existing
+    parent) on the backend's host; None if the backend cannot tell."""
+    if "stat" not in backend.tools:
+        return None
+    p = path.rstrip("/") or "/"
+    while True:
+        res = backend.run("stat", "-c", "%m", "--", p, ok=(0, 1))
+        if res.status == 0:
+            return res.text.strip() or None
+        parent = os.path.dirname(p)
+        if parent == p:
+            return None
+        p = parent
+
+
+def alt_namespace(mount: str, ns: str) -> str:
+    return os.path.join(mount, ALT_DIR, os.path.basename(ns.rstrip("/")))
+
+
 def cleanup_namespace(ns: str, backend_for_clone) -> list[str]:
-    """Remove every clone drill.json lists, then the namespace. Returns errors (empty = clean).
+    """Remove every clone drill.json lists, then the namespace(s). Returns errors (empty = clean).
 
     `backend_for_clone(entry)` builds the backend of one drill.json clone entry.
     """
     errors: list[str] = []
     state = read_state(ns) or {}
+    allowed = {ns.rstrip("/"), *(a.rstrip("/") for a in state.get("namespaces", []))}
+    alt_backend: dict[str, Backend] = {}
     for entry in state.get("clones", []):
+        where = entry.get("ns", ns).rstrip("/")
         try:
-            remove_clone(backend_for_clone(entry), entry["path"], ns)
+            if where not in allowed:
+                raise BadValueError(what="clone namespace", value=where, why="not listed in drill.json")
+            backend = backend_for_clone(entry)
+            remove_clone(backend, entry["path"], where)
+            if where != ns.rstrip("/"):
+                alt_backend.setdefault(where, backend)
         except Exception as exc:  # keep going: one stuck clone must not leave the others
             errors.append(f"{entry.get('path')}: {exc}")
+    for alt, backend in alt_backend.items():
+        try:
+            _remove_empty_dir(backend, alt)
+        except Exception as exc:
+            errors.append(f"{alt}: {exc}")
     if errors:
         return errors
     try:
@@ -144,6 +180,16 @@ def cleanup_namespace(ns: str, backend_for_clone) -> list[str]:
     except OSError as exc:
         errors.append(f"{ns}: {exc}")
     return errors
+
+
+def _remove_empty_dir(backend: Backend, path: str) -> None:
+    if isinstance(backend.transport, LocalTransport):
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass
+    elif "find" in backend.tools:
+        backend.run("find", path, "-maxdepth", "0", "-empty", "-delete", ok=(0, 1))
 
 
 def pid_alive(pid: int) -> bool:

@@ -105,7 +105,7 @@ def _bucket_rule(ordered: list[SetSummary], count: int, key: Callable[[dt.dateti
 
 
 def decide(sets: Iterable[SetSummary], policy: Policy, now: Callable[[], dt.datetime]) -> list[Decision]:
-    """One Decision per input set, in input order."""
+    """One Decision per input set (DELETED ones are done and left out), in input order."""
     sets = list(sets)
     clock = now()
     by_job: dict[int, list[SetSummary]] = {}
@@ -115,7 +115,7 @@ def decide(sets: Iterable[SetSummary], policy: Policy, now: Callable[[], dt.date
     for job_id, job_sets in by_job.items():
         for d in _decide_job(job_id, job_sets, policy, clock):
             out[d.set_id] = d
-    return [out[s.id] for s in sets]
+    return [out[s.id] for s in sets if s.id in out]
 
 
 def _decide_job(job_id: int, sets: list[SetSummary], policy: Policy, clock: dt.datetime) -> list[Decision]:

@@ -19,7 +19,9 @@ import json
 import math
 import os
 import re
+import shlex
 import subprocess
+import sys
 import time
 
 import slurm_snap
@@ -132,14 +134,10 @@ class SlurmSubmitter:
 
 
 def _q(path: str) -> str:
-    import shlex
-
     return shlex.quote(path)
 
 
 def _python() -> str:
-    import sys
-
     return sys.executable
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -33,6 +34,19 @@ def run_dev_cluster(action: str, state: Path, *extra: str, timeout: float = 900)
         [str(DEV_CLUSTER), action, *extra, str(state)],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
     )
+
+
+def run_group(argv: list[str], cwd: Path | str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """subprocess.run in its own session: a timeout kills runuser *and* the srun/sbatch under it."""
+    with subprocess.Popen(argv, cwd=str(cwd) if cwd else None, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(argv, timeout, output=out, stderr=err) from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -128,8 +142,7 @@ class Cluster:
         """Run a Slurm client command, as root or (runuser) as `user`, with only SLURM_CONF set."""
         env_argv = ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in self.client_env(user).items())]
         full = (["/usr/sbin/runuser", "-u", user, "--"] if user else []) + env_argv + argv
-        proc = subprocess.run(full, cwd=str(cwd) if cwd else None, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout)
+        proc = run_group(full, cwd=cwd, timeout=timeout)
         if check and proc.returncode != 0:
             raise ClusterError(f"{argv} exited {proc.returncode}: {proc.stderr.strip()}")
         return proc
@@ -164,7 +177,7 @@ class Cluster:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         path.chmod(mode)
-        uid, gid = _ids(user)
+        uid, gid = user_ids(user)
         os.chown(path, uid, gid)
         return path
 
@@ -172,7 +185,7 @@ class Cluster:
         user = user or self.user
         path = self.user_dir(fs, user) / name
         path.mkdir(parents=True, exist_ok=True)
-        uid, gid = _ids(user)
+        uid, gid = user_ids(user)
         os.chown(path, uid, gid)
         return path
 
@@ -233,7 +246,7 @@ class Cluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _ids(user: str) -> tuple[int, int]:
+def user_ids(user: str) -> tuple[int, int]:
     import pwd
     pw = pwd.getpwnam(user)
     return pw.pw_uid, pw.pw_gid

@@ -37,7 +37,7 @@ def require(ok: bool, what: str) -> None:
     if ok:
         return
     if in_ci():
-        pytest.fail(f"CI=true and {what}: install it (scripts/ci) instead of skipping")
+        pytest.fail(f"CI=true and {what}: a missing real component is a failure here, not a skip")
     pytest.skip(what)
 
 

@@ -12,9 +12,8 @@ import itertools
 import os
 import stat
 import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import pytest
@@ -47,7 +46,6 @@ class Harness:
     rebuild: Callable[..., Backend]  # (tool_dir=..., timeout=...) -> same backend kind
     volume_dir: Callable[[str], str | None] = lambda v: None  # where the test can write volume files
     enforced_ro: bool = False    # a real filesystem refuses writes (even from root)
-    teardown: list = field(default_factory=list)
 
 
 def _subvolume(path: str) -> str:
@@ -68,18 +66,18 @@ def _btrfs(tmp_root: str, transport) -> Harness:
                    volume_dir=lambda v: v, enforced_ro=True)
 
 
-def _xfs(tmp_root: str) -> Harness:
+def _xfs(tmp_root: str, seal: str) -> Harness:
     parent = os.path.join(tmp_root, f"t{next(_seq)}")
     vols = [os.path.join(parent, n) for n in ("vol", "other", ODD)]
     for v in vols:
         os.makedirs(v)
 
     def make(**opts):
-        return get_backend("xfs-reflink", opts, LocalTransport())
+        return get_backend("xfs-reflink", {"seal": seal, **opts}, LocalTransport())
 
     return Harness(make(), vols[0], vols[1], "collide", vols[2],
                    lambda n: os.path.join(parent, f"clone-{n}"), make,
-                   volume_dir=lambda v: v, enforced_ro=True)
+                   volume_dir=lambda v: v, enforced_ro=seal == "immutable")
 
 
 def _fake_env(tmp_path) -> tuple[str, LocalTransport, Callable[..., None]]:
@@ -165,6 +163,7 @@ BACKENDS = [
     pytest.param("btrfs", marks=REAL),
     pytest.param("btrfs-ssh", marks=REAL),
     pytest.param("xfs-reflink", marks=REAL),
+    pytest.param("xfs-reflink-mode", marks=REAL),
     "zfs", "lvm", "lustre", "gpfs", "cephfs",
 ]
 
@@ -180,8 +179,8 @@ def h(request, tmp_path) -> Harness:
                                  known_hosts=server.known_hosts, key_file=server.key_file)
         request.addfinalizer(transport.close)
         return _btrfs(request.getfixturevalue("btrfs_fs").mountpoint, transport)
-    if kind == "xfs-reflink":
-        return _xfs(request.getfixturevalue("xfs_fs").mountpoint)
+    if kind.startswith("xfs-reflink"):
+        return _xfs(request.getfixturevalue("xfs_fs").mountpoint, "mode" if kind.endswith("mode") else "immutable")
     return {"zfs": _zfs, "lvm": _lvm, "lustre": _lustre, "gpfs": _gpfs, "cephfs": _cephfs}[kind](tmp_path)
 
 
@@ -223,7 +222,10 @@ def test_snapshot_content_is_frozen(h: Harness):
 def test_snapshot_refuses_writes(h: Harness):
     vdir = h.volume_dir(h.volume)
     ref = h.backend.create(h.volume, "s1")
-    assert h.backend.capabilities.read_only
+    if h.backend.name == "xfs-reflink":  # read_only is only claimed when the seal binds root too
+        assert h.backend.capabilities.read_only == h.enforced_ro
+    else:
+        assert h.backend.capabilities.read_only
     if vdir is None:
         return
     if h.enforced_ro:
@@ -232,7 +234,7 @@ def test_snapshot_refuses_writes(h: Harness):
             with pytest.raises(OSError) as e:
                 attempt()
             assert e.value.errno in (errno.EROFS, errno.EPERM, errno.EACCES)
-    else:  # fakes are plain directories: they can only mark the snapshot read-only
+    else:  # fakes and seal="mode" can only mark the snapshot read-only (root ignores it)
         assert os.stat(ref.path).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) == 0
 
 
@@ -343,6 +345,8 @@ def test_failing_tool_raises_command_failed_with_stderr(h: Harness, tmp_path):
     assert "simulated failure: disk on fire" in str(e.value)
     assert e.value.kwargs["status"] == 3
     assert e.value.exit_code == errors.BACKEND
+    if h.backend.transport.where != "localhost":
+        assert h.backend.transport.where in str(e.value)
 
 
 def test_missing_tool_raises_tool_missing_naming_it(h: Harness, tmp_path):
@@ -361,3 +365,46 @@ def test_invalid_snapshot_name_is_rejected(h: Harness):
             h.backend.create(h.volume, bad)
         assert repr(bad) in str(e.value)
     assert h.backend.list(h.volume) == []
+
+
+# --------------------------------------------------------------------------- backend-specific
+@pytest.mark.integration
+def test_btrfs_refuses_a_plain_directory_as_volume(btrfs_fs):
+    plain = os.path.join(btrfs_fs.mountpoint, f"plain-{next(_seq)}")
+    os.mkdir(plain)
+    with pytest.raises(errors.BadValueError) as e:
+        get_backend("btrfs", {}).create(plain, "s1")
+    assert plain in str(e.value) and "subvolume" in str(e.value)
+
+
+@pytest.mark.integration
+def test_xfs_partial_copy_is_never_listed_and_is_replaced(xfs_fs):
+    h = _xfs(xfs_fs.mountpoint, "immutable")
+    snapdir = os.path.join(os.path.dirname(h.volume), ".snapshots")
+    # What a copy killed half-way leaves behind: a claim and a .partial tree.
+    os.makedirs(os.path.join(snapdir, ".s1.partial", "half"))
+    write(os.path.join(snapdir, ".s1.slurm-snap"), ('{"volume": "%s"}' % h.volume).encode())
+    assert h.backend.list(h.volume) == []
+    write(os.path.join(h.volume, "data"), b"complete")
+    ref = h.backend.create(h.volume, "s1")
+    assert sorted(os.listdir(ref.path)) == ["data"]
+    assert not os.path.exists(os.path.join(snapdir, ".s1.partial"))
+    assert [r.name for r in h.backend.list(h.volume)] == ["s1"]
+    assert h.backend.delete(ref) is True
+    assert sorted(os.listdir(snapdir)) == []
+
+
+def test_lustre_coalesce_key_is_the_filesystem(tmp_path):
+    h = _lustre(tmp_path)
+    assert h.backend.coalesce_key("/lustre/fs1/a") == h.backend.coalesce_key("/lustre/fs1/b/c") == "lustre:fs1"
+    with pytest.raises(errors.BadValueError):
+        h.backend.coalesce_key("/elsewhere/a")
+    assert h.backend.capabilities.scope == "filesystem"
+    assert h.backend.mount(h.backend.create(h.volume, "s1"))  # the snapshot fsname clients mount
+
+
+def test_command_failed_message_is_the_tools_stderr_on_one_line(tmp_path):
+    h = _zfs(tmp_path)
+    with pytest.raises(errors.CommandFailed) as e:
+        h.backend.create("tank/missing", "s1")
+    assert str(e.value) == "zfs exited with status 1: cannot open 'tank/missing': dataset does not exist"

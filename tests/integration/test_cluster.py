@@ -95,7 +95,7 @@ def wait_files(paths: list[Path], timeout: float, what: str, cluster: Cluster) -
         time.sleep(0.2)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def preempted(cluster):
     """Two 3-node jobs on `low`, one with --signal=USR1@10, one with only
     --snapshot-on-preempt (cli_filter adds the signal); one preemptor for both."""
@@ -142,13 +142,15 @@ def check_preempt_signal_and_requeue(cluster: Cluster, run: PreemptRun, name: st
     assert job is not None and job.restart_count == 1, job
 
 
-def test_preemption_signals_all_ranks_then_requeues(cluster, preempted):
-    check_preempt_signal_and_requeue(cluster, preempted, "signal")
+class TestPreemption:
+    """Class scope: the preempted jobs are cancelled before later tests need the nodes."""
 
+    def test_preemption_signals_all_ranks_then_requeues(self, cluster, preempted):
+        check_preempt_signal_and_requeue(cluster, preempted, "signal")
 
-def test_snapshot_on_preempt_alone_gets_the_signal(cluster, preempted):
-    """cli_filter.lua turns --snapshot-on-preempt into --signal=USR1@GRACE."""
-    check_preempt_signal_and_requeue(cluster, preempted, "snapshot")
+    def test_snapshot_on_preempt_alone_gets_the_signal(self, cluster, preempted):
+        """cli_filter.lua turns --snapshot-on-preempt into --signal=USR1@GRACE."""
+        check_preempt_signal_and_requeue(cluster, preempted, "snapshot")
 
 
 # --- a second cluster side by side, then down ------------------------------

@@ -1,0 +1,86 @@
+"""`slurm-snap prune`: apply the retention policy; a dry run unless --apply."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import click
+
+from .. import errors
+
+
+def _fmt_time(t: dt.datetime | None) -> str:
+    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if t else "-"
+
+
+@click.command("prune")
+@click.option("--job", "job_id", type=int, metavar="J", help="Only this job's sets.")
+@click.option("--user", metavar="U", help="Only this user's sets.")
+@click.option("--keep-last", type=click.IntRange(min=0), default=0, metavar="N", help="Keep the newest N sets.")
+@click.option("--keep-daily", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Keep the newest set of each of the last N days that have one (UTC).")
+@click.option("--keep-weekly", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Keep the newest set of each of the last N ISO weeks that have one (UTC).")
+@click.option("--keep-within", metavar="DURATION", help="Keep every set cut within DURATION (e.g. 7d, 12h).")
+@click.option("--keep-verified/--no-keep-verified", default=True, show_default=True,
+              help="Keep each job's newest VERIFIED set (its RPO base).")
+@click.option("--force", is_flag=True, help="Allow deleting a job's last VERIFIED set.")
+@click.option("--apply", "apply_", is_flag=True, help="Delete; without it, only print what would happen.")
+@click.option("--json", "as_json", is_flag=True, help="Print the decisions as JSON.")
+@click.pass_obj
+def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, keep_verified, force, apply_,
+            as_json):
+    """Delete snapshot sets the keep rules do not select (restic-forget-like, per job).
+
+    Sets still in flight are never touched; a set left DELETING by an
+    interrupted prune is finished."""
+    from ..access import current_caller, is_operator
+    from ..restore.parts import backend_resolver
+    from ..restore.prune import Pruner
+    from ..restore.retention import Policy, parse_duration
+
+    cfg = ctx.config
+    policy = Policy(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly,
+                    keep_within=parse_duration(keep_within) if keep_within else None,
+                    keep_verified=keep_verified, force=force)
+    if not policy.has_rule:
+        raise errors.UsageError("prune needs at least one of --keep-last, --keep-daily, --keep-weekly, "
+                                "--keep-within (refusing to select every set for deletion)")
+    caller = current_caller()
+    if not is_operator(cfg, caller):
+        # Owners may prune their own sets, nobody else's.
+        if user is not None and user != caller.name:
+            raise errors.PermissionDenied(why=f"sets of {user} belong to {user}; {caller.name} is not an operator")
+        user = caller.name
+    pruner = Pruner(ctx.inventory, backend_resolver(cfg))
+    decisions, sets = pruner.plan(policy, lambda: dt.datetime.now(dt.timezone.utc), job_id=job_id, user=user)
+    result = pruner.apply(decisions) if apply_ else None
+    if as_json:
+        click.echo(json.dumps({
+            "applied": bool(apply_),
+            "decisions": [{"set_id": d.set_id, "job_id": d.job_id, "action": d.action, "reasons": list(d.reasons),
+                           "state": sets[d.set_id].state} for d in decisions],
+            "deleted": result.deleted if result else [],
+            "failed": {str(k): v for k, v in result.failed.items()} if result else {}}, indent=2))
+    else:
+        current = None
+        for d in decisions:
+            st = sets[d.set_id]
+            if d.job_id != current:
+                current = d.job_id
+                click.echo(f"job {d.job_id}:")
+            verb = d.action if apply_ or d.action == "keep" else "would delete"
+            if apply_ and d.delete:
+                verb = "FAILED" if d.set_id in result.failed else "deleted"
+            click.echo(f"  {verb:<12} set {st.id:<6} {_fmt_time(st.cut_done_at or st.requested_at)} "
+                       f"{st.state:<14} {st.consistency:<16} {'; '.join(d.reasons)}")
+        n = sum(1 for d in decisions if d.delete)
+        if not apply_:
+            click.echo(f"would delete {n} set(s), keep {len(decisions) - n}; run with --apply to delete")
+        else:
+            click.echo(f"deleted {len(result.deleted)} set(s), failed {len(result.failed)}, "
+                       f"kept {len(decisions) - n}")
+    if result and result.failed:
+        first = next(iter(result.failed.items()))
+        raise errors.BackendError(backend="prune", why=f"{len(result.failed)} set(s) stay DELETING "
+                                                       f"(rerun prune to finish); first: set {first[0]}: {first[1]}")

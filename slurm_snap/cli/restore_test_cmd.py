@@ -1,0 +1,66 @@
+"""`slurm-snap restore-test JOB|set:ID`: prove a snapshot set restores (docs/restore.md)."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from .. import errors
+
+
+@click.command("restore-test")
+@click.argument("selector", metavar="JOB|set:ID", required=False)
+@click.option("--command", "command_text", metavar="CMD",
+              help="Resume command (split like a shell would, never run by one) "
+                   "[default: the one recorded at submit, --snapshot-resume-cmd].")
+@click.option("--deadline", type=float, metavar="S", help="Seconds to the first step [default: timeouts.restore].")
+@click.option("--target", "target_dir", metavar="DIR",
+              help="Restore into DIR/<set>-<test> instead of paths.restore_root.")
+@click.option("--submit", is_flag=True, help="Run the command as a Slurm job of the job's owner.")
+@click.option("--partition", metavar="P", help="With --submit: the partition for the drill job.")
+@click.option("--queue-timeout", type=float, default=600.0, show_default=True, metavar="S",
+              help="With --submit: how long the drill job may wait in the queue.")
+@click.option("--keep", is_flag=True, help="Keep the clones for inspection (remove them later with --cleanup).")
+@click.option("--cleanup", is_flag=True, help="Remove clones left by dead or --keep drills, then exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.pass_obj
+def command(ctx, selector, command_text, deadline, target_dir, submit, partition, queue_timeout, keep, cleanup,
+            as_json):
+    """Clone the set into a spare namespace, run the resume command there as the
+    job's owner, and mark the set VERIFIED or FAILED_RESTORE."""
+    from ..restore.drill import Drill
+    from ..restore.submit import SlurmSubmitter
+
+    cfg = ctx.config
+    submitter = SlurmSubmitter(cfg, queue_timeout=queue_timeout, partition=partition)
+    drill = Drill(cfg, ctx.inventory, submitter=submitter)
+    if cleanup:
+        from ..access import is_operator
+
+        if not is_operator(cfg, drill.caller):
+            raise errors.PermissionDenied(why="--cleanup acts on every user's drills; operators only")
+        for msg in drill.sweep(include_kept=True):
+            click.echo(msg)
+        return
+    if not selector:
+        raise errors.UsageError("restore-test needs JOB or set:ID (or --cleanup)")
+    out = drill.run(selector, command=command_text, deadline=deadline, target=target_dir, keep=keep,
+                    submit=submit)
+    if as_json:
+        click.echo(json.dumps({
+            "set_id": out.set_id, "job_id": out.job_id, "test_id": out.test_id,
+            "result": "PASSED" if out.passed else "FAILED", "reason": out.reason, "first_step": out.first_step,
+            "time_to_first_step": out.time_to_first_step, "namespace": out.namespace, "kept": out.kept,
+            "restore_map": out.restore_map, "slurm_job_id": out.slurm_job_id,
+            "cleanup_errors": out.cleanup_errors}, indent=2, sort_keys=True))
+    elif out.passed:
+        click.echo(f"restore test {out.test_id} of set {out.set_id} (job {out.job_id}): PASSED, first step "
+                   f"{out.first_step} after {out.time_to_first_step:.2f} s; set {out.set_id} is VERIFIED")
+    if out.kept:
+        click.echo(f"clones kept in {out.namespace} (remove with: slurm-snap restore-test --cleanup)", err=True)
+    if out.cleanup_errors:
+        raise errors.BackendError(backend="restore-test",
+                                  why="cleanup incomplete (rerun `slurm-snap restore-test --cleanup`): "
+                                      + "; ".join(out.cleanup_errors))
+    if not out.passed:
+        raise errors.RestoreFailed(test_id=out.test_id, set_id=out.set_id, reason=out.reason)

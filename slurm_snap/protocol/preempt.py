@@ -1,0 +1,197 @@
+"""The preemption path, driven by Slurm's hooks instead of a coordinator.
+
+At preemption Slurm signals every rank itself (preempt_send_user_signal); the
+ranks acknowledge epoch `preempt-<restart count of the running run>`. Then:
+
+  EpilogSlurmctld  epilogslurmctld_mark: open the set in QUIESCING with
+                   requested_at = PreemptTime, so a set whose node Epilogs
+                   never run is still visible and repair can label it.
+  Epilog (each node, after the job's processes are gone)
+                   epilog_cut: get-or-create the same set, record this node's
+                   acks (the head node records every node's, since it cuts
+                   the shared volumes), cut this node's node-local volumes
+                   (and the shared ones on the head node: once), record the
+                   parts; the Epilog that records the last expected part
+                   finalizes, under the set's row lock.
+  Prolog of the requeued run
+                   prepare_resume: resume.json names the newest
+                   app-consistent set's step and where its checkpoint is
+                   inside the snapshot.
+
+Preemption sets have no owner process (many hooks on many hosts take turns):
+their deadline is what tells repair they are abandoned.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+
+from ..errors import NotFound
+from . import finalize, jobfiles
+from . import states as S
+from .barrier import AckCollector
+from .coordinator import Coordinator, part_row
+from .cutter import VolumeInfo, assign_manifests, cut_all
+
+log = logging.getLogger(__name__)
+
+PREEMPT_PREFIX = "preempt-"
+# Not host:pid: no single process owns a preemption set.
+PREEMPT_OWNER = "slurm:preempt"
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def preempt_epoch(restart_count: int) -> str:
+    return f"{PREEMPT_PREFIX}{int(restart_count)}"
+
+
+def _as_time(t) -> dt.datetime | None:
+    if t is None or t == 0:
+        return None
+    if isinstance(t, dt.datetime):
+        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    return dt.datetime.fromtimestamp(float(t), dt.timezone.utc)
+
+
+def _wanted(run) -> str:
+    c = (run.options or {}).get("consistency", "app")
+    return c if c in ("app", "crash") else "app"
+
+
+def _deadline(cfg, now: dt.datetime) -> dt.datetime:
+    # Every node's Epilog should have run well within this.
+    return now + dt.timedelta(seconds=cfg.timeouts.hook_budget + cfg.timeouts.barrier)
+
+
+def _open_set(repo, cfg, job, *, preempt_time: dt.datetime | None, now: dt.datetime):
+    run = repo.preempted_run(job.job_id, job.restart_count)
+    if run is None:
+        raise NotFound(what="job", value=f"{job.job_id}.{job.restart_count}")
+    # Unknown preemption time: the run's start is the honest lower bound for
+    # "acknowledged after the request".
+    requested = preempt_time or run.created_at
+    st, created = repo.create_set(run, epoch=preempt_epoch(run.restart_count), trigger="preempt",
+                                  wanted=_wanted(run), deadline=_deadline(cfg, now), owner=PREEMPT_OWNER,
+                                  requested_at=requested)
+    if not created and preempt_time is not None and st.state in S.ACTIVE:
+        fields = {}
+        if st.requested_at > preempt_time:
+            fields["requested_at"] = preempt_time
+        if st.signalled_at is None:
+            fields["signalled_at"] = preempt_time
+        if fields:
+            repo.update_set(st.id, **fields)
+    return run, st, created
+
+
+def epilogslurmctld_mark(cfg, inventory, job, preempt_time, *, clock=utcnow) -> int:
+    """Open the preemption set (QUIESCING, requested at PreemptTime); idempotent."""
+    t = _as_time(preempt_time) or clock()
+    with inventory.session() as repo:
+        run, st, created = _open_set(repo, cfg, job, preempt_time=t, now=clock())
+        if st.state == S.PENDING:
+            repo.transition(st.id, S.QUIESCING, at=t)
+        repo.event("preempt", f"set {st.id} ({st.epoch}) opened at preemption {t:%Y-%m-%dT%H:%M:%SZ}"
+                   + ("" if created else " (already open)"), job_id=job.job_id, set_id=st.id)
+        return st.id
+
+
+def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_for=None, hook=None) -> str:
+    """One node's share of the preemption set. Returns a one-line summary."""
+    hook = hook or (lambda phase: None)
+    node = job.node
+    t_pre = _as_time(preempt_time)
+    with inventory.session() as repo:
+        run, st, _ = _open_set(repo, cfg, job, preempt_time=t_pre, now=clock())
+        set_id, epoch, state = st.id, st.epoch, st.state
+        nodes = list(run.nodes or job.nodes or [node])
+        volumes = [VolumeInfo.of(v) for v in repo.volumes(run)]
+        uid = run.uid
+    if state not in (S.PENDING, S.QUIESCING, S.CUTTING):
+        return f"set {set_id} ({epoch}) is already {state}; nothing to cut on {node}"
+    head = nodes[0]
+    mine = [v for v in volumes if (v.scope == "node-local" and v.node == node)
+            or (v.scope == "shared" and node == head)]
+    dirs = None
+    try:
+        dirs = jobfiles.ensure(cfg.paths.barrier_dir, job.job_id, uid)
+        with AckCollector(dirs.ack, job_id=job.job_id, epoch=epoch, nodes=nodes, owner_uid=uid,
+                          node_filter=None if node == head else node, clock=clock) as collector:
+            collector.rescan()
+        acks = collector.state.all_acks()
+        with inventory.session() as repo:
+            st = repo.get_set(set_id, lock=True)
+            Coordinator._record_acks(repo, set_id, collector)
+            if st.state in (S.PENDING, S.QUIESCING):
+                repo.transition(set_id, S.CUTTING, at=clock())
+            elif st.state != S.CUTTING:
+                return f"set {set_id} became {st.state}; nothing to cut on {node}"
+        hook("cutting")
+        entries, _outside = assign_manifests(volumes, [(a.node, a.manifest) for a, _seen in acks])
+        if backend_for is None:
+            from ..backends.factory import backend_for_volume
+
+            # Node-local volumes are on this very host: no SSH to ourselves.
+            backend_for = lambda v: backend_for_volume(cfg, v, local=v.scope == "node-local")  # noqa: E731
+        results = cut_all(mine, job_id=job.job_id, set_id=set_id, backend_for=backend_for, entries=entries,
+                          clock=clock, budget=cfg.timeouts.hook_budget)
+        hook("cut")
+        with inventory.session() as repo:
+            st = repo.get_set(set_id, lock=True)  # the finalizer's row lock
+            repo.record_parts(set_id, [part_row(r, clock) for r in results])
+            hook("record")
+            if st.state != S.CUTTING:
+                return f"set {set_id} became {st.state} while {node} cut; parts recorded"
+            have = repo.count_parts(set_id)
+            if have < st.expected_parts:
+                ok = sum(r.ok for r in results)
+                return f"set {set_id}: {node} cut {ok}/{len(results)} volumes; {have}/{st.expected_parts} parts in"
+            extra = [] if t_pre or st.signalled_at else \
+                ["preemption time unknown: acknowledgements checked against the run's start"]
+            v = finalize.verdict_for(repo, st, allow_crash=cfg.protocol.allow_crash_consistent,
+                                     extra_reasons=extra)
+            finalize.apply(repo, st, v, at=clock())
+            repo.event("preempt", f"set {set_id} finalized by {node}: {v.state} {v.consistency}"
+                       + (f" ({v.reason})" if v.reason else ""), job_id=job.job_id, set_id=set_id, node=node)
+            return f"set {set_id} {v.state} {v.consistency}"
+    finally:
+        if dirs is not None:
+            try:
+                jobfiles.write_release(dirs, epoch=epoch, set_id=set_id, state="", consistency="")
+            except OSError as exc:
+                log.error("job %s: cannot write release/%s: %s", job.job_id, epoch, exc)
+
+
+def prepare_resume(cfg, inventory, job) -> dict | None:
+    """Write resume.json for a requeued run from the newest app-consistent set."""
+    with inventory.session() as repo:
+        st = repo.newest_set(job.job_id, consistency=S.APP)
+        if st is None:
+            return None
+        acks = [a for a in repo.acks(st.id) if a.manifest]
+        parts = [p for p in repo.snapshots(st.id) if p.state == "CUT" and p.path]
+        if not acks or not parts:
+            return None
+        first = min(acks, key=lambda a: a.rank)
+        paths = [e["path"] for e in first.manifest]
+        live = paths[0] if len(paths) == 1 else os.path.commonpath(paths)
+        snapshot = None
+        for p in parts:
+            v = p.volume
+            if v.scope == "node-local" and v.node != first.node:
+                continue
+            root = v.path.rstrip("/")
+            if live == root or live.startswith(root + "/"):
+                rel = live[len(root):].lstrip("/")
+                snapshot = os.path.join(p.path, rel) if rel else p.path
+                break
+        data = {"set_id": st.id, "step": st.checkpoint_step if st.checkpoint_step is not None else first.step,
+                "checkpoint": {"live": live, "snapshot": snapshot}}
+        uid = st.job_run.uid
+    dirs = jobfiles.ensure(cfg.paths.barrier_dir, job.job_id, uid)
+    jobfiles.write_resume(dirs, data)
+    return data

@@ -1,0 +1,166 @@
+"""Find sets whose driver is gone and label them honestly; remove orphans.
+
+A set is abandoned when it is still PENDING/QUIESCING/CUTTING/CUT and its
+owner process (host:pid:start, checked on this host) is gone, or its deadline
+passed. Repair then:
+  1. labels it under the set's row lock, through the same verdict as the
+     coordinator: a CUT set (every part recorded) is finalized; a CUTTING set
+     with recorded parts becomes PARTIAL (or whatever the facts say); a set
+     with nothing recorded becomes ROLLED_BACK if snapshots of it were found
+     and removed, else FAILED;
+  2. removes orphan snapshots: backend snapshots named like this set's parts
+     (the names are a function of job, set and volume) that are not recorded
+     as cut, and every part of a ROLLED_BACK set;
+  3. writes release/<epoch>, so ranks still waiting continue.
+Labelling happens before deleting: a slow owner that comes back finds a
+terminal set and records nothing pointing at a deleted snapshot.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from ..errors import SnapError
+from . import finalize, jobfiles, owner
+from . import states as S
+from .cutter import VolumeInfo, snapshot_name
+
+log = logging.getLogger(__name__)
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@dataclass
+class RepairAction:
+    set_id: int
+    job_id: int
+    old_state: str
+    new_state: str
+    why: str
+    reason: str = ""
+    orphans: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def stale_reason(*, owner_token: str, deadline: dt.datetime | None, requested_at: dt.datetime,
+                 now: dt.datetime, older_than: float, alive: bool | None) -> str | None:
+    """Why a set in flight is abandoned, or None if it may still be driven. Pure."""
+    if requested_at > now - dt.timedelta(seconds=older_than):
+        return None
+    if alive is False:
+        return f"its owner {owner_token} is gone"
+    if deadline is not None and now > deadline:
+        return f"its deadline {deadline:%Y-%m-%dT%H:%M:%SZ} passed"
+    if alive is None and deadline is None and older_than > 0:
+        return f"no owner on this host, no deadline, and older than {older_than:g} s"
+    return None
+
+
+def _default_backend_for(cfg):
+    from ..backends.factory import backend_for_volume
+
+    return lambda v: backend_for_volume(cfg, v)
+
+
+def repair(cfg, inventory, *, older_than: float = 0.0, dry_run: bool = False, clock=utcnow,
+           backend_for: Callable | None = None, host: str | None = None) -> list[RepairAction]:
+    backend_for = backend_for or _default_backend_for(cfg)
+    now = clock()
+    todo = []
+    with inventory.session() as repo:
+        for st in repo.sets_in_states(S.ACTIVE):
+            why = stale_reason(owner_token=st.owner, deadline=st.deadline, requested_at=st.requested_at,
+                               now=now, older_than=older_than, alive=owner.alive(st.owner, host=host))
+            if why:
+                todo.append((st.id, why))
+    return [_repair_one(cfg, inventory, set_id, why, dry_run=dry_run, clock=clock, backend_for=backend_for)
+            for set_id, why in todo]
+
+
+def _find_orphans(st_info, volumes, recorded_cut: set[int], backend_for, *, include_recorded: bool):
+    """(volume, ref) of backend snapshots named like this set's parts and not recorded as cut."""
+    found, errors = [], []
+    for v in volumes:
+        if v.id in recorded_cut and not include_recorded:
+            continue
+        name = snapshot_name(st_info["job_id"], st_info["id"], v.id)
+        try:
+            backend = backend_for(v)
+            for ref in backend.list(v.path):
+                if ref.name == name:
+                    found.append((v, backend, ref))
+        except SnapError as exc:
+            errors.append(f"{v.path}@{v.node or 'shared'}: cannot list snapshots: {exc}")
+    return found, errors
+
+
+def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, backend_for) -> RepairAction:
+    with inventory.session() as repo:
+        st = repo.get_set(set_id, lock=True)
+        info = {"id": st.id, "job_id": st.job_id, "epoch": st.epoch, "uid": st.job_run.uid}
+        volumes = [VolumeInfo.of(v) for v in repo.volumes(st.job_run)]
+        parts = repo.snapshots(set_id)
+        recorded_cut = {p.volume_id for p in parts if p.state == "CUT"}
+        old = st.state
+    action = RepairAction(set_id=set_id, job_id=info["job_id"], old_state=old, new_state=old, why=why,
+                          dry_run=dry_run)
+    orphans, errs = _find_orphans(info, volumes, recorded_cut, backend_for, include_recorded=False)
+    action.errors.extend(errs)
+    action.orphans = [ref.ref for _v, _b, ref in orphans]
+
+    prefix = f"repair: {why}"
+    with inventory.session() as repo:
+        st = repo.get_set(set_id, lock=True)
+        if st.state not in S.ACTIVE:
+            action.new_state = st.state
+            action.reason = "finished meanwhile; left alone"
+            return action
+        if st.state == S.CUT or recorded_cut:
+            v = finalize.verdict_for(repo, st, allow_crash=cfg.protocol.allow_crash_consistent,
+                                     extra_reasons=[prefix + f" during {st.state}; finalized by repair"])
+            action.new_state, action.reason = v.state, v.reason
+            if not dry_run:
+                finalize.apply(repo, st, v, at=clock())
+        else:
+            target = S.ROLLED_BACK if orphans else S.FAILED
+            what = (f"{len(orphans)} snapshot(s) cut but never recorded were removed" if orphans
+                    else "nothing was cut")
+            action.new_state = target
+            action.reason = f"{prefix} during {st.state}; {what}"
+            if not dry_run:
+                repo.transition(set_id, target, at=clock(), reason=action.reason, consistency=S.NONE)
+        if not dry_run:
+            repo.event("repair", f"set {set_id}: {old} -> {action.new_state}: {action.reason}",
+                       job_id=info["job_id"], set_id=set_id, level="warning")
+    if dry_run:
+        return action
+    # Delete after labelling: nothing recorded can point at a removed snapshot.
+    rolled_back = action.new_state == S.ROLLED_BACK
+    if rolled_back and recorded_cut:
+        more, errs = _find_orphans(info, volumes, recorded_cut, backend_for, include_recorded=True)
+        action.errors.extend(errs)
+        orphans = orphans + [o for o in more if o[2].ref not in action.orphans]
+    for v, backend, ref in orphans:
+        try:
+            backend.delete(ref)
+        except SnapError as exc:
+            action.errors.append(f"cannot delete {ref.ref}: {exc}")
+    if rolled_back:
+        with inventory.session() as repo:
+            for p in repo.snapshots(set_id):
+                if p.state == "CUT":
+                    repo.set_snapshot_state(p.id, "DELETED")
+    try:
+        dirs = jobfiles.ensure(cfg.paths.barrier_dir, info["job_id"], info["uid"])
+        jobfiles.write_release(dirs, epoch=info["epoch"], set_id=set_id, state=action.new_state, consistency="")
+    except (OSError, SnapError) as exc:
+        action.errors.append(f"cannot write release/{info['epoch']}: {exc}")
+    return action

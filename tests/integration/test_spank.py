@@ -1,0 +1,166 @@
+"""The SPANK plugin inside real sbatch: options listed, bad values rejected at
+submit time with a message naming the value, values handed to the job.
+
+Valid submissions use --hold so no job runs; they are cancelled right away.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster import Cluster, run_group, user_ids
+
+pytestmark = pytest.mark.integration
+
+OPTIONS = ("--snapshot-on-preempt", "--snapshot-volumes=", "--snapshot-consistency=", "--snapshot-resume-cmd=")
+
+
+def submit(cluster: Cluster, *args: str, user: str | None = None):
+    """sbatch --hold ARGS as the test user; cancels the job if one was created."""
+    proc = cluster.sbatch_raw(["--parsable", "--hold", "-o", "/dev/null", *args, "--wrap", "true"],
+                              user=user or cluster.user)
+    if proc.returncode == 0:
+        cluster.cancel(int(proc.stdout.strip().split(";")[0]))
+    return proc
+
+
+def assert_rejected(proc, *needles: str) -> None:
+    assert proc.returncode != 0, f"sbatch accepted it: {proc.stdout}"
+    assert "slurm-snap:" in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, f"{needle!r} not named in: {proc.stderr}"
+
+
+def test_sbatch_help_lists_the_options(cluster):
+    proc = cluster.run(["sbatch", "--help"], user=cluster.user)
+    assert proc.returncode == 0, proc.stderr
+    for option in OPTIONS:
+        assert option in proc.stdout, f"{option} missing from sbatch --help"
+
+
+def test_valid_options_are_accepted(cluster):
+    proc = submit(cluster, "--snapshot-on-preempt", "--snapshot-volumes=pfs,scratch", "--snapshot-consistency=crash")
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("value, named", [
+    ("relative/dir", "relative/dir"),
+    ("nosuchclass", "nosuchclass"),
+    ("/etc", "/etc"),
+])
+def test_bad_volume_is_named(cluster, value, named):
+    assert_rejected(submit(cluster, f"--snapshot-volumes={value}"), named)
+
+
+def test_dotdot_is_rejected(cluster):
+    value = f"{cluster.user_dir()}/../{cluster.other_user}"
+    assert_rejected(submit(cluster, f"--snapshot-volumes={value}"), value)
+
+
+def test_empty_list_is_rejected(cluster):
+    assert_rejected(submit(cluster, "--snapshot-volumes="), "--snapshot-volumes", "empty")
+
+
+def test_empty_item_is_rejected(cluster):
+    assert_rejected(submit(cluster, "--snapshot-volumes=pfs,,scratch"), "pfs,,scratch")
+
+
+def test_control_character_is_rejected(cluster):
+    assert_rejected(submit(cluster, "--snapshot-volumes=pfs\x01"), "control character")
+
+
+def test_bad_consistency_is_named(cluster):
+    assert_rejected(submit(cluster, "--snapshot-consistency=maybe"), "maybe")
+
+
+def test_symlink_escaping_the_roots_is_rejected(cluster):
+    link = cluster.user_dir() / "escape"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    os.symlink("/etc", link)
+    os.lchown(link, *user_ids(cluster.user))
+    assert_rejected(submit(cluster, f"--snapshot-volumes={link}"), str(link))
+
+
+def test_other_users_directory_is_rejected(cluster):
+    value = str(cluster.user_dir(user=cluster.other_user))
+    assert_rejected(submit(cluster, f"--snapshot-volumes={value}"), value)
+
+
+# --- the plugin's own behaviour, independent of the helper's rules ------------
+
+@pytest.fixture
+def conf_with_helper(cluster):
+    """A copy of the cluster's client config whose plugstack names another helper."""
+    made = []
+
+    def _make(helper: str) -> str:
+        d = Path(cluster.state) / f"conf-{time.monotonic_ns()}"
+        d.mkdir(mode=0o755)
+        made.append(d)
+        etc = Path(cluster.slurm_conf).parent
+        shutil.copy(etc / "cli_filter.lua", d / "cli_filter.lua")
+        plugstack = re.sub(r"helper=\S+", f"helper={helper}", (etc / "plugstack.conf").read_text())
+        (d / "plugstack.conf").write_text(plugstack)
+        conf = re.sub(r"^PlugStackConfig=.*$", f"PlugStackConfig={d}/plugstack.conf",
+                      Path(cluster.slurm_conf).read_text(), flags=re.M)
+        (d / "slurm.conf").write_text(conf)
+        for f in d.iterdir():
+            f.chmod(0o644)
+        return str(d / "slurm.conf")
+
+    yield _make
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def submit_with_conf(cluster: Cluster, conf: str, *args: str):
+    env = [f"SLURM_CONF={conf}", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
+    argv = ["/usr/bin/env", "-i", *env, "sbatch", "--parsable", "--hold", "-o", "/dev/null", *args, "--wrap", "true"]
+    proc = run_group(["/usr/sbin/runuser", "-u", cluster.user, "--", *argv], cwd=cluster.user_dir(), timeout=60)
+    if proc.returncode == 0:
+        cluster.cancel(int(proc.stdout.strip().split(";")[0]))
+    return proc
+
+
+def test_missing_helper_is_named(cluster, conf_with_helper):
+    conf = conf_with_helper("/nonexistent/bin/slurm-snap")
+    assert_rejected(submit_with_conf(cluster, conf, "--snapshot-volumes=pfs"), "/nonexistent/bin/slurm-snap")
+
+
+def test_jobs_without_options_never_run_the_helper(cluster, conf_with_helper):
+    conf = conf_with_helper("/nonexistent/bin/slurm-snap")
+    proc = submit_with_conf(cluster, conf)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_helper_failure_fails_the_submission(cluster, conf_with_helper):
+    # /bin/false stands for a helper that rejects everything without a word.
+    conf = conf_with_helper("/bin/false")
+    assert_rejected(submit_with_conf(cluster, conf, "--snapshot-volumes=pfs"), "exited with 1")
+
+
+def test_values_reach_the_job_environment(cluster):
+    out = cluster.make_user_dir(f"env-{time.monotonic_ns()}")
+    job_id = cluster.sbatch("-N2", "-o", "/dev/null", "--snapshot-volumes=pfs", "--snapshot-consistency=crash",
+                            "--wrap", f"env > {out}/env.batch; srun -l env > {out}/env.tasks")
+    cluster.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=60)
+    env = dict(line.split("=", 1) for line in (out / "env.batch").read_text().splitlines() if "=" in line)
+    # Job-control variables arrive with Slurm's prefix, and the plugin's
+    # user_init copies them under their own names for the rank-side client.
+    assert env.get("SLURM_SPANK_SLURM_SNAP") == "1"
+    assert env.get("SLURM_SPANK_SLURM_SNAP_VOLUMES") == "pfs"
+    assert env.get("SLURM_SNAP_VOLUMES") == "pfs"
+    assert env.get("SLURM_SNAP_CONSISTENCY") == "crash"
+    # What the helper's validate-options printed (barrier dir) reaches every task.
+    barrier = str(cluster.pfs / ".slurm-snap" / "barriers")
+    tasks = (out / "env.tasks").read_text().splitlines()
+    ranks = [m.group(1) for m in (re.match(r"^(\d+): SLURM_SNAP_BARRIER_DIR=(.*)$", line) for line in tasks)
+             if m and m.group(2) == barrier]
+    assert sorted(ranks) == ["0", "1"]
+

@@ -1,0 +1,173 @@
+"""The preemption path: EpilogSlurmctld opens the set, each node's Epilog
+cuts its share, the last one finalizes; the requeued run's Prolog gets
+resume.json. Real SQLite inventory, real barrier directory, copying backend."""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+from dataclasses import dataclass
+
+import pytest
+
+from protocol_fixtures import make_env
+from slurm_snap.client import jobfiles as client_jobfiles
+from slurm_snap.errors import NotFound
+from slurm_snap.protocol import preempt
+from slurm_snap.protocol import states as S
+from slurm_snap.protocol.repair import repair
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: int
+    restart_count: int
+    node: str
+    nodes: tuple
+    uid: int = 1000
+    user: str = "alice"
+
+
+def now():
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@pytest.fixture
+def env(tmp_path):
+    return make_env(tmp_path, nodes=("n1", "n2"))
+
+
+def ranks_ack_at_preemption(env, epoch="preempt-0", step=11):
+    for i, node in enumerate(env.nodes):
+        env.ack(node, i, epoch, step=step, manifest=[env.write_checkpoint(node, i, step=step)])
+
+
+def job(env, node, restart_count=1):
+    # In the epilogs of a preempted run SLURM_JOB_RESTART_COUNT is already incremented.
+    return Job(env.job_id, restart_count, node, env.nodes)
+
+
+def the_set(env):
+    with env.inv.session() as repo:
+        (st,) = repo.sets_of_job(env.job_id)
+        return st, repo.snapshots(st.id), repo.acks(st.id), repo.events(set_id=st.id)
+
+
+def test_mark_then_every_epilog_gives_one_app_consistent_set(env):
+    t_pre = now() - dt.timedelta(seconds=2)
+    ranks_ack_at_preemption(env)
+    set_id = preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre.timestamp())
+    st, _p, _a, _e = the_set(env)
+    assert (st.id, st.state, st.epoch, st.trigger) == (set_id, S.QUIESCING, "preempt-0", "preempt")
+    assert abs((st.requested_at - t_pre).total_seconds()) < 1e-3 and st.signalled_at == st.requested_at
+    with env.inv.session() as repo:  # the run that was preempted, not the incremented count
+        assert repo.get_set(set_id).job_run.restart_count == 0
+
+    r2 = preempt.epilog_cut(env.cfg, env.inv, job(env, "n2"), preempt_time=t_pre.timestamp())
+    assert "n2 cut 1/1 volumes; 1/3 parts in" in r2
+    assert the_set(env)[0].state == S.CUTTING
+    r1 = preempt.epilog_cut(env.cfg, env.inv, job(env, "n1"), preempt_time=t_pre.timestamp())
+    assert r1 == f"set {set_id} COMPLETE app-consistent"
+    st, parts, acks, events = the_set(env)
+    assert (st.state, st.consistency, st.checkpoint_step, st.reason) == (S.COMPLETE, S.APP, 11, "")
+    assert sorted((p.node, p.state) for p in parts) == [("", "CUT"), ("n1", "CUT"), ("n2", "CUT")]
+    assert len(acks) == 2 and sum("finalized by" in e.message for e in events) == 1
+    assert os.path.exists(os.path.join(env.job_dir, "release", "preempt-0"))
+
+    # a repeated Epilog (Slurm may run a hook twice) changes nothing
+    assert "already COMPLETE" in preempt.epilog_cut(env.cfg, env.inv, job(env, "n1"))
+    assert len(the_set(env)[1]) == 3
+
+
+def test_resume_json_points_into_the_snapshot(env):
+    t_pre = now() - dt.timedelta(seconds=2)
+    ranks_ack_at_preemption(env)
+    preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre.timestamp())
+    for n in ("n1", "n2"):
+        preempt.epilog_cut(env.cfg, env.inv, job(env, n), preempt_time=t_pre.timestamp())
+    # the requeued run: its Prolog records run 1 and prepares resume.json
+    with env.inv.session() as repo:
+        repo.record_job_run(job_id=env.job_id, restart_count=1, user_name="alice", uid=1000, nodes=["n1", "n2"])
+    data = preempt.prepare_resume(env.cfg, env.inv, job(env, "n1"))
+    resume = client_jobfiles.read_resume(os.path.join(env.job_dir, "resume.json"))
+    assert resume == {"set_id": data["set_id"], "step": 11, "checkpoint": data["checkpoint"]}
+    live, snap = resume["checkpoint"]["live"], resume["checkpoint"]["snapshot"]
+    assert live == os.path.join(env.local_paths["n1"], "ckpt-rank0.pt")
+    assert snap.endswith("/.snapshots/" + f"slurm-snap-{env.job_id}-{data['set_id']}-1/ckpt-rank0.pt")
+    with open(live, "wb") as f:
+        f.write(b"training went on and overwrote it")
+    assert os.path.getsize(snap) == 100  # the snapshot kept the acknowledged checkpoint
+
+
+def test_no_app_consistent_set_no_resume_file(env):
+    assert preempt.prepare_resume(env.cfg, env.inv, job(env, "n1")) is None
+    assert not os.path.exists(os.path.join(env.job_dir, "resume.json"))
+
+
+def test_concurrent_epilogs_finalize_exactly_once(env):
+    t_pre = now() - dt.timedelta(seconds=2)
+    ranks_ack_at_preemption(env)
+    results = {}
+    barrier = threading.Barrier(2)
+
+    def run(node):
+        barrier.wait()
+        results[node] = preempt.epilog_cut(env.cfg, env.inv, job(env, node), preempt_time=t_pre.timestamp())
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in env.nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    st, parts, _a, events = the_set(env)
+    assert st.state == S.COMPLETE and st.consistency == S.APP and len(parts) == 3
+    assert sum("COMPLETE" in r for r in results.values()) == 1
+    assert sum("finalized by" in e.message for e in events) == 1
+
+
+def test_node_whose_epilog_never_ran_is_partial_after_repair(env):
+    t_pre = now() - dt.timedelta(seconds=2)
+    ranks_ack_at_preemption(env)
+    preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre.timestamp())
+    preempt.epilog_cut(env.cfg, env.inv, job(env, "n1"), preempt_time=t_pre.timestamp())
+    assert the_set(env)[0].state == S.CUTTING
+    assert repair(env.cfg, env.inv) == []  # deadline not reached: n2 may still come
+    later = lambda: now() + dt.timedelta(hours=1)  # noqa: E731
+    (a,) = repair(env.cfg, env.inv, clock=later)
+    st, parts, _a, _e = the_set(env)
+    assert a.new_state == st.state == S.PARTIAL
+    assert "scratch@n2 (not cut)" in st.reason and st.failed_nodes == ["n2"] and "deadline" in st.reason
+    assert len(parts) == 2
+
+
+def test_set_whose_epilogs_never_ran_is_failed_by_repair(env):
+    preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), (now() - dt.timedelta(seconds=5)).timestamp())
+    (a,) = repair(env.cfg, env.inv, clock=lambda: now() + dt.timedelta(hours=1))
+    assert (a.old_state, a.new_state) == (S.QUIESCING, S.FAILED) and "nothing was cut" in a.reason
+
+
+def test_missing_acks_at_preemption_give_crash_consistent(env):
+    t_pre = now() - dt.timedelta(seconds=2)
+    env.ack("n1", 0, "preempt-0", manifest=[env.write_checkpoint("n1", 0)])  # n2's rank died first
+    for n in ("n2", "n1"):
+        preempt.epilog_cut(env.cfg, env.inv, job(env, n), preempt_time=t_pre.timestamp())
+    st = the_set(env)[0]
+    assert (st.state, st.consistency) == (S.COMPLETE, S.CRASH)
+    assert "barrier incomplete on 1 of 2 nodes (n2)" in st.reason and st.failed_nodes == ["n2"]
+
+
+def test_stale_ack_from_before_the_preemption_is_not_trusted(env):
+    t_pre = now()
+    old = t_pre - dt.timedelta(minutes=10)
+    for i, n in enumerate(env.nodes):  # acks of an earlier signal, never refreshed
+        env.ack(n, i, "preempt-0", written_at=old)
+    preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre.timestamp())
+    for n in ("n1", "n2"):
+        preempt.epilog_cut(env.cfg, env.inv, job(env, n))
+    st = the_set(env)[0]
+    assert st.consistency == S.CRASH and "written before the request" in st.reason
+
+
+def test_unknown_job_is_not_found(env):
+    with pytest.raises(NotFound):
+        preempt.epilog_cut(env.cfg, env.inv, Job(999, 1, "n1", ("n1",)))
