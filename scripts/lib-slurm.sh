@@ -142,6 +142,18 @@ install_slurm_snap() {
 	done
 }
 
+# The inventory schema must exist before the first hook records anything.
+init_inventory() {
+	slurm_paths
+	if [ ! -x "$HELPER" ] || [ ! -r "$SNAP_CONFIG" ]; then
+		log "warning: $HELPER or $SNAP_CONFIG missing; inventory not initialised"
+		return 0
+	fi
+	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$HELPER" --config "$SNAP_CONFIG" db upgrade \
+		</dev/null >>"$STATE/log/db-upgrade.log" 2>&1 9>&- ||
+		log "warning: slurm-snap db upgrade failed (see $STATE/log/db-upgrade.log)"
+}
+
 write_env_file() {
 	slurm_paths
 	ssh_files

@@ -513,6 +513,14 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	(void) av;
 	if (!is_local() || !ctx.given)
 		return 0;
+	/*
+	 * srun inside an existing allocation inherits the job's options through
+	 * the environment: they were checked at submission and the job-control
+	 * environment is the job's already. Checking again would start Python
+	 * for every step and could fail a step of a job that was valid.
+	 */
+	if (spank_context() == S_CTX_LOCAL && getenv("SLURM_JOB_ID"))
+		return 0;
 	if (ctx.volumes && check_volumes(ctx.volumes) < 0)
 		return -1;
 	if (ctx.consistency && check_consistency(ctx.consistency) < 0)

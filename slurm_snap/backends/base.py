@@ -221,6 +221,14 @@ class Backend(abc.ABC):
         """
         raise errors.Unsupported(backend=self.name, verb="clone")
 
+    def create_volume(self, path: str) -> str:
+        """Create an empty volume at `path` that can be snapshotted on its own
+        (the Prolog's per-job volume). MUST refuse an existing path
+        (errors.AlreadyExists). Optional: raises errors.Unsupported, and the
+        caller then makes a plain directory inside the class's volume.
+        """
+        raise errors.Unsupported(backend=self.name, verb="create_volume")
+
     def coalesce_key(self, volume: str) -> str | None:
         """Key under which snapshots of several volumes can be one snapshot.
 

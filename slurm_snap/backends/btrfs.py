@@ -124,6 +124,14 @@ class BtrfsBackend(Backend):
         self.run("btrfs", "subvolume", "delete", "--", path)
         return True
 
+    def create_volume(self, path: str) -> str:
+        path = check_abs_path("volume", path)
+        if self.path_exists(path):
+            raise errors.AlreadyExists(what="volume", value=path)
+        # A subvolume, not a directory: only a subvolume can be snapshotted alone.
+        self.run("btrfs", "subvolume", "create", "--", path)
+        return path
+
     def clone(self, ref: SnapshotRef, target: str) -> str:
         target = check_abs_path("clone target", target)
         if self.path_exists(target):

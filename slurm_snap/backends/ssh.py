@@ -114,7 +114,7 @@ class SshTransport(Transport):
             self.close()
             raise errors.TransportError(host=self.where, why=f"cannot open a session: {e}") from None
         try:
-            chan.settimeout(0.2)
+            chan.settimeout(timeout)  # bounds sendall of a large input; reads below never block
             chan.exec_command(self.remote_command(argv, timeout))
             if input:
                 chan.sendall(input)
@@ -140,7 +140,9 @@ class SshTransport(Transport):
             raise errors.TransportError(host=self.where, why=f"{what}: {e}") from None
         finally:
             chan.close()  # on timeout this drops the session; remote timeout(1) kills the tool
-        if status == _TIMEOUT_STATUS or status == 128 + 9:
+        # timeout(1) exits 124, or 137 if it had to SIGKILL; only believe it
+        # near the deadline (an OOM-killed tool also exits 137).
+        if status in (_TIMEOUT_STATUS, 128 + 9) and time.monotonic() > deadline - 0.5 - 0.1 * timeout:
             raise errors.Timeout(what=f"{what} on {self.where}", seconds=timeout)
         return Result(status, bytes(out), bytes(err))
 

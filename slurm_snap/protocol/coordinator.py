@@ -32,7 +32,8 @@ from ..inventory.repository import AckRecord
 from . import finalize, jobfiles, owner
 from . import states as S
 from .barrier import AckCollector, wait_for_barrier
-from .cutter import VolumeInfo, assign_manifests, cut_all
+from .cutter import CutPool, VolumeInfo, assign_manifests
+from .verdict import AckFact, PartOutcome, decide, expected_parts, node_barriers
 
 log = logging.getLogger(__name__)
 
@@ -108,20 +109,20 @@ class Coordinator:
             access.require_owner_or_operator(self.cfg, caller, owner_uid=run.uid, owner_name=run.user_name,
                                              what=f"job {job_id}")
             run = repo.lock_job_run(run.id)
-            volumes = repo.volumes(run)
-            if not volumes:
-                raise NotFound(what="declared volume of job", value=str(job_id))
-            _refuse_if_busy(repo, run, volumes, job_id)
+            # Only the shared volumes can collide with another job's set; the
+            # full list is loaded after the signal, while the ranks checkpoint.
+            _refuse_if_busy(repo, run, [v.path for v in repo.volume_rows(run.id, scope="shared")], job_id)
             now = self.clock()
             # The set's own deadline covers the barrier, the cut and the record:
             # past it, repair may label the set even if its owner still runs.
             overall = now + dt.timedelta(seconds=deadline_s + 2 * self.cfg.timeouts.backend_call + 10)
             st, _ = repo.create_set(run, epoch=new_epoch(), trigger="manual", wanted=wanted,
                                     deadline=overall, owner=owner.token(), requested_at=now)
+            if st.expected_parts == 0:  # raising rolls the new set back with the transaction
+                raise NotFound(what="declared volume of job", value=str(job_id))
             repo.event("snapshot", f"set {st.id} requested by {caller.name} ({wanted}, deadline {deadline_s:g} s)",
                        job_id=job_id, set_id=st.id)
-            return (st.id, st.epoch, now, run.uid, list(run.nodes or []),
-                    [VolumeInfo.of(v) for v in volumes])
+            return st.id, st.epoch, now, run.id, run.uid, list(run.nodes or [])
 
     def snapshot(self, job_id: int, *, consistency: str | None = None, deadline: float | None = None) -> Outcome:
         wanted = consistency or self.cfg.protocol.default_consistency
@@ -131,22 +132,26 @@ class Coordinator:
         if not deadline_s > 0:
             raise BadValueError(what="deadline", value=deadline, why="must be a positive number of seconds")
         t0 = time.monotonic()
-        set_id, epoch, requested_at, uid, nodes, volumes = self._open(job_id, wanted, deadline_s)
+        set_id, epoch, requested_at, run_id, uid, nodes = self._open(job_id, wanted, deadline_s)
         out = Outcome(set_id=set_id, job_id=job_id, epoch=epoch, wanted=wanted, deadline_seconds=deadline_s)
         out.phases["request"] = time.monotonic() - t0
-        dirs = None
+        dirs = pool = None
         try:
             self.hook("created")
             dirs = jobfiles.ensure(self.cfg.paths.barrier_dir, job_id, uid)
             collector = None
             extra: list[str] = []
             if wanted == "app":
-                collector, extra = self._quiesce(out, dirs, job_id, epoch, requested_at, deadline_s, uid, nodes, t0)
-                if collector is not None and not collector.state.all_complete \
-                        and not self.cfg.protocol.allow_crash_consistent:
+                collector, extra, volumes, pool = self._quiesce(out, dirs, job_id, epoch, requested_at,
+                                                                deadline_s, uid, nodes, run_id, t0)
+                if not collector.state.all_complete and not self.cfg.protocol.allow_crash_consistent:
                     return self._fail_barrier(out, collector, extra)
-            self._cut(out, job_id, volumes, collector, t0)
-            self._finalize(out, extra, t0)
+            else:
+                with self.inv.session() as repo:
+                    volumes = [VolumeInfo.of(v) for v in repo.volume_rows(run_id)]
+                pool = CutPool(volumes, self.backend_for)
+            results, outside = self._cut(out, job_id, volumes, collector, pool)
+            self._finalize(out, volumes, nodes, requested_at, collector, results, outside, extra)
             return out
         except BaseException as exc:
             self._abort(out, exc)
@@ -159,10 +164,12 @@ class Coordinator:
                                            consistency=out.consistency)
                 except OSError as exc:  # logged, never masks the set's own outcome
                     log.error("job %s: cannot write release/%s: %s", job_id, epoch, exc)
+            if pool is not None:
+                pool.close()
             out.phases["release"] = time.monotonic() - t
 
     # -- signal and barrier -------------------------------------------------------
-    def _quiesce(self, out: Outcome, dirs, job_id, epoch, requested_at, deadline_s, uid, nodes, t0):
+    def _quiesce(self, out: Outcome, dirs, job_id, epoch, requested_at, deadline_s, uid, nodes, run_id, t0):
         t = time.monotonic()
         jobfiles.write_request(dirs, job_id=job_id, epoch=epoch, requested_at=requested_at,
                                deadline=requested_at + dt.timedelta(seconds=deadline_s))
@@ -173,12 +180,16 @@ class Coordinator:
         except SnapError as exc:
             signalled = False
             extra.append(f"signal failed: {exc}")
+        signalled_at = self.clock()
+        out.phases["signal"] = time.monotonic() - t
+        # Everything below runs while the ranks checkpoint: off the critical path.
         with self.inv.session() as repo:
-            repo.transition(out.set_id, S.QUIESCING, at=self.clock())
+            repo.transition(out.set_id, S.QUIESCING, at=signalled_at)
             if not signalled:
                 repo.event("snapshot", extra[-1], job_id=job_id, set_id=out.set_id, level="error")
+            volumes = [VolumeInfo.of(v) for v in repo.volume_rows(run_id)]
         out.state = S.QUIESCING
-        out.phases["signal"] = time.monotonic() - t
+        pool = CutPool(volumes, self.backend_for)
         self.hook("signalled")
         t = time.monotonic()
         collector = AckCollector(dirs.ack, job_id=job_id, epoch=epoch, nodes=nodes, owner_uid=uid,
@@ -197,7 +208,7 @@ class Coordinator:
             sample = "; ".join(f"{k}: {v}" for k, v in list(collector.state.rejected.items())[:5])
             extra.append(f"{len(collector.state.rejected)} acknowledgements rejected ({sample})")
         self.hook("barrier")
-        return collector, extra
+        return collector, extra, volumes, pool
 
     def _fail_barrier(self, out: Outcome, collector, extra) -> Outcome:
         missing = collector.state.missing_nodes
@@ -222,26 +233,22 @@ class Coordinator:
         repo.record_acks_seen(set_id, rows)
 
     # -- cut and record -----------------------------------------------------------
-    def _cut(self, out: Outcome, job_id: int, volumes: list[VolumeInfo], collector, t0) -> None:
+    def _cut(self, out: Outcome, job_id: int, volumes: list[VolumeInfo], collector, pool):
         t = time.monotonic()
-        entries = {}
+        entries, outside = {}, []
         if collector is not None:
-            entries, _outside = assign_manifests(
+            entries, outside = assign_manifests(
                 volumes, [(a.node, a.manifest) for a, _seen in collector.state.all_acks()])
-        with self.inv.session() as repo:
-            if collector is not None:
-                self._record_acks(repo, out.set_id, collector)
-                if collector.state.all_complete and collector.state.complete_at:
-                    repo.update_set(out.set_id, barrier_at=max(collector.state.complete_at.values()))
-            repo.transition(out.set_id, S.CUTTING, at=self.clock())
-        out.state = S.CUTTING
-        out.phases["record_acks"] = time.monotonic() - t
+        cut_started = self.clock()
         self.hook("cutting")
-        t = time.monotonic()
-        results = cut_all(volumes, job_id=job_id, set_id=out.set_id, backend_for=self.backend_for,
-                          entries=entries, clock=self.clock,
-                          budget=2 * self.cfg.timeouts.backend_call + 5,
-                          on_part=lambda r: self.hook("cut-part"))
+        # The acks and CUTTING are recorded (by this thread) while the workers
+        # cut: a crash before that commit leaves a QUIESCING set whose
+        # snapshots repair finds by name, so nothing is lost by not waiting.
+        results = pool.cut(volumes, job_id=job_id, set_id=out.set_id, entries=entries, clock=self.clock,
+                           budget=2 * self.cfg.timeouts.backend_call + 5,
+                           on_part=lambda r: self.hook("cut-part"),
+                           meanwhile=lambda: self._mark_cutting(out.set_id, collector, cut_started))
+        out.state = S.CUTTING
         out.phases["cut"] = time.monotonic() - t
         self.hook("cut")
         t = time.monotonic()
@@ -255,13 +262,37 @@ class Coordinator:
         out.state = S.CUT
         out.phases["record_parts"] = time.monotonic() - t
         self.hook("recorded")
+        return results, outside
 
-    def _finalize(self, out: Outcome, extra: list[str], t0) -> None:
+    def _mark_cutting(self, set_id: int, collector, cut_started: dt.datetime) -> None:
+        with self.inv.session() as repo:
+            if collector is not None:
+                self._record_acks(repo, set_id, collector)
+                if collector.state.all_complete and collector.state.complete_at:
+                    repo.update_set(set_id, barrier_at=max(collector.state.complete_at.values()))
+            repo.transition(set_id, S.CUTTING, at=cut_started)
+
+    def _finalize(self, out: Outcome, volumes, nodes, requested_at, collector, results, outside, extra) -> None:
+        """The verdict from what this process saw (the same pure rules as the
+        inventory-based finalizer), recorded in one transaction."""
         t = time.monotonic()
+        facts, complete = [], []
+        if collector is not None:
+            facts = [AckFact(a.node, a.rank, a.local_rank, a.local_size, a.step, a.written_at, seen)
+                     for a, seen in collector.state.all_acks()]
+            complete = collector.state.complete
+        outcomes = {r.volume.id: PartOutcome(volume_id=r.volume.id, ok=r.ok, cut_started_at=r.cut_started_at,
+                                             cut_at=r.cut_at, manifest_ok=r.manifest_ok,
+                                             manifest_why=r.manifest_why, error=r.error) for r in results}
+        problems = []
+        if outside and out.wanted == "app":
+            problems.append(f"checkpoint files outside every declared volume: {', '.join(outside[:8])}"
+                            + (f" and {len(outside) - 8} more" if len(outside) > 8 else ""))
+        v = decide(wanted=out.wanted, nodes=nodes, parts=expected_parts(volumes, nodes), outcomes=outcomes,
+                   barriers=node_barriers(facts, complete), requested_at=requested_at,
+                   allow_crash=self.cfg.protocol.allow_crash_consistent, extra_reasons=extra, outside=problems)
         with self.inv.session() as repo:
             st = repo.get_set(out.set_id, lock=True)
-            v = finalize.verdict_for(repo, st, allow_crash=self.cfg.protocol.allow_crash_consistent,
-                                     extra_reasons=extra)
             finalize.apply(repo, st, v, at=self.clock())
             out.phases["finalize"] = time.monotonic() - t
             budget = ", ".join(f"{k} {v_:.3f} s" for k, v_ in out.phases.items())
@@ -295,13 +326,13 @@ def part_row(r, clock) -> dict:
                 error=(r.manifest_why if r.ok else r.error)[:2000])
 
 
-def _refuse_if_busy(repo, run, volumes, job_id: int) -> None:
+def _refuse_if_busy(repo, run, shared_paths, job_id: int) -> None:
     for st in repo.active_sets(job_run_id=run.id):
         raise Busy(what="job", value=str(job_id), why=_in_flight(st))
-    paths = sorted({v.path for v in volumes if v.scope == "shared"})
+    paths = sorted(set(shared_paths))
     if paths:
         for st in repo.active_sets(volume_paths=paths):
-            theirs = {v.path for v in repo.volumes(st.job_run)} & set(paths)
+            theirs = {v.path for v in repo.volume_rows(st.job_run_id, scope="shared")} & set(paths)
             raise Busy(what="volume", value=sorted(theirs)[0] if theirs else paths[0],
                        why=f"{_in_flight(st)} (job {st.job_id})")
 

@@ -9,6 +9,7 @@ can find snapshots that were cut but never recorded.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import datetime as dt
 import os
@@ -20,9 +21,10 @@ from ..backends.base import Backend, SnapshotRef
 from ..backends.transport import LocalTransport
 from ..errors import SnapError
 
-# Enough threads that a 1,000-node set is cut in a few rounds of the backend's
-# latency; each node-local SSH transport holds one connection while it works.
-MAX_WORKERS = 256
+# One thread per volume up to this many: a 1,000-node set is cut in one round
+# of the backends' latency. The threads start while the ranks checkpoint;
+# each node-local SSH transport holds one connection.
+MAX_WORKERS = 1024
 
 
 def utcnow() -> dt.datetime:
@@ -163,46 +165,107 @@ def _sizes(backend: Backend, paths: list[str]) -> list[int | None]:
     return out
 
 
+def cut_one(v: VolumeInfo, *, job_id: int, set_id: int, backend_for: Callable[[VolumeInfo], Backend],
+            entries: Sequence[Entry], clock: Callable[[], dt.datetime]) -> CutResult:
+    """Cut and verify one volume; a failure is returned, never raised."""
+    r = CutResult(volume=v, name=snapshot_name(job_id, set_id, v.id))
+    try:
+        backend = backend_for(v)
+        r.cut_started_at = clock()
+        r.ref = backend.create(v.path, r.name)
+        r.cut_at = clock()
+        r.ok = True
+        r.manifest_ok, r.manifest_why = verify(backend, v, r.ref, entries)
+    except SnapError as exc:
+        r.error = str(exc)[:500]
+    except Exception as exc:  # a backend bug must not stop the other volumes
+        r.error = f"internal error: {type(exc).__name__}: {exc}"[:500]
+    return r
+
+
+class CutPool:
+    """Worker threads started -- and every backend built (SSH connections
+    opened) -- while the ranks are still checkpointing, so the cut itself
+    only pays the backends' own latency."""
+
+    def __init__(self, volumes: Sequence[VolumeInfo], backend_for: Callable[[VolumeInfo], Backend],
+                 max_workers: int = MAX_WORKERS):
+        self._factory = backend_for
+        self._backends: dict[int, Backend] = {}
+        self.workers = max(1, min(max_workers, len(volumes)))
+        self.ex = cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="slurm-snap-cut")
+        queue = collections.deque(volumes)
+        self._warm = [self.ex.submit(self._warm_worker, queue) for _ in range(self.workers)]
+
+    def _warm_worker(self, queue) -> None:
+        while True:
+            try:
+                v = queue.popleft()
+            except IndexError:
+                return
+            try:
+                self.backend_for(v)
+            except Exception:  # reported by the cut itself, per volume
+                pass
+
+    def backend_for(self, v: VolumeInfo) -> Backend:
+        b = self._backends.get(v.id)
+        if b is None:
+            b = self._backends[v.id] = self._factory(v)
+        return b
+
+    def cut(self, volumes: Sequence[VolumeInfo], *, job_id: int, set_id: int,
+            entries: Mapping[int, Sequence[Entry]] | None = None, clock: Callable[[], dt.datetime] = utcnow,
+            budget: float | None = None, on_part: Callable[[CutResult], None] | None = None,
+            meanwhile: Callable[[], None] | None = None) -> list[CutResult]:
+        """Cut every volume (each once), in parallel; never raises for one volume's failure."""
+        entries = entries or {}
+        queue = collections.deque(volumes)
+        done: dict[int, CutResult] = {}
+
+        def worker() -> None:
+            # Workers pull from one queue: one submit per thread, not per volume.
+            while True:
+                try:
+                    v = queue.popleft()
+                except IndexError:
+                    return
+                r = cut_one(v, job_id=job_id, set_id=set_id, backend_for=self.backend_for,
+                            entries=entries.get(v.id, ()), clock=clock)
+                done[v.id] = r
+                if on_part is not None:
+                    on_part(r)
+
+        futures = [self.ex.submit(worker) for _ in range(min(self.workers, len(volumes)))]
+        if meanwhile is not None:
+            meanwhile()  # the caller's own work (recording the acks) while the volumes are cut
+        cf.wait(futures, timeout=budget)
+        queue.clear()  # past the budget: start nothing more
+        for f in futures:
+            if f.done() and f.exception() is not None:
+                raise f.exception()
+        return [done.get(v.id) or CutResult(volume=v, name=snapshot_name(job_id, set_id, v.id),
+                                            error=f"did not finish within {budget:g} s")
+                for v in volumes]
+
+    def close(self) -> None:
+        self.ex.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "CutPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def cut_all(volumes: Sequence[VolumeInfo], *, job_id: int, set_id: int,
             backend_for: Callable[[VolumeInfo], Backend], entries: Mapping[int, Sequence[Entry]] | None = None,
             clock: Callable[[], dt.datetime] = utcnow, budget: float | None = None,
             on_part: Callable[[CutResult], None] | None = None,
             max_workers: int = MAX_WORKERS) -> list[CutResult]:
-    """Cut every volume (each once), in parallel; never raises for one volume's failure."""
-    entries = entries or {}
-
-    def one(v: VolumeInfo) -> CutResult:
-        r = CutResult(volume=v, name=snapshot_name(job_id, set_id, v.id))
-        try:
-            backend = backend_for(v)
-            r.cut_started_at = clock()
-            r.ref = backend.create(v.path, r.name)
-            r.cut_at = clock()
-            r.ok = True
-            r.manifest_ok, r.manifest_why = verify(backend, v, r.ref, entries.get(v.id, ()))
-        except SnapError as exc:
-            r.error = str(exc)[:500]
-        except Exception as exc:  # a backend bug must not stop the other volumes
-            r.error = f"internal error: {type(exc).__name__}: {exc}"[:500]
-        if r.ok and r.cut_at is None:
-            r.cut_at = clock()
-        if on_part is not None:
-            on_part(r)
-        return r
-
+    """Build a pool and cut (the preemption Epilog's few volumes)."""
     if not volumes:
         return []
-    if len(volumes) == 1:
-        return [one(volumes[0])]
-    pool = cf.ThreadPoolExecutor(max_workers=min(max_workers, len(volumes)), thread_name_prefix="slurm-snap-cut")
-    futures = {pool.submit(one, v): v for v in volumes}
-    done, not_done = cf.wait(futures, timeout=budget)
-    pool.shutdown(wait=not not_done, cancel_futures=True)
-    results = []
-    for fut, v in futures.items():
-        if fut in done:
-            results.append(fut.result())
-        else:
-            results.append(CutResult(volume=v, name=snapshot_name(job_id, set_id, v.id),
-                                     error=f"did not finish within {budget:g} s"))
-    return results
+    with CutPool(volumes, backend_for, max_workers) as pool:
+        return pool.cut(volumes, job_id=job_id, set_id=set_id, entries=entries, clock=clock,
+                        budget=budget, on_part=on_part)

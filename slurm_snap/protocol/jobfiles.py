@@ -4,8 +4,10 @@ link-refusing writer are hooks.barrierdir's, so both sides agree."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import pwd
+import threading
 from dataclasses import dataclass
 
 from ..client.ack import check_name
@@ -42,13 +44,43 @@ def ensure(barrier_dir: str, job_id: int, uid: int) -> JobDirs:
     return JobDirs(job=jd, ack=ack, release=release, gid=gid)
 
 
+def write_visible(directory: str, name: str, data: dict, *, gid: int | None, mode: int = 0o640) -> str:
+    """Atomically replace `directory/name`, never following a link, WITHOUT fsync.
+
+    request.json and release/<epoch> are signals between live processes: they
+    must be visible at once (rename gives that, also on a network
+    filesystem), not survive a power cut -- after a crash of this host the
+    request is void and repair writes the release again. An fsync here would
+    sit on the critical path of every rank.
+    """
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dfd)
+        try:
+            os.write(fd, json.dumps(data, sort_keys=True).encode() + b"\n")
+            if gid is not None and os.geteuid() == 0:
+                os.fchown(fd, -1, gid)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        try:
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            os.unlink(tmp, dir_fd=dfd)
+            raise
+    finally:
+        os.close(dfd)
+    return os.path.join(directory, name)
+
+
 def _iso(t: dt.datetime | None) -> str | None:
     return t.isoformat(timespec="microseconds") if t is not None else None
 
 
 def write_request(dirs: JobDirs, *, job_id: int, epoch: str, requested_at: dt.datetime,
                   deadline: dt.datetime) -> str:
-    return barrierdir.write_json(dirs.job, "request.json", {
+    return write_visible(dirs.job, "request.json", {
         "job_id": str(job_id), "epoch": check_name("epoch", epoch),
         "requested_at": _iso(requested_at), "deadline": _iso(deadline)}, gid=dirs.gid)
 
@@ -56,7 +88,7 @@ def write_request(dirs: JobDirs, *, job_id: int, epoch: str, requested_at: dt.da
 def write_release(dirs: JobDirs, *, epoch: str, set_id: int | None, state: str, consistency: str) -> str:
     """Thaw: the ranks waiting for this epoch continue. Idempotent."""
     name = check_name("epoch", epoch)
-    return barrierdir.write_json(dirs.release, name, {
+    return write_visible(dirs.release, name, {
         "epoch": name, "set_id": set_id, "state": state, "consistency": consistency}, gid=dirs.gid)
 
 

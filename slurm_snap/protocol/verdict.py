@@ -193,9 +193,10 @@ def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
            requested_at: dt.datetime, allow_crash: bool, extra_reasons: Sequence[str] = (),
            outside: Sequence[str] = ()) -> Verdict:
     """The label of a set whose cut phase is over (nothing more will be cut)."""
-    cut_ok = [p for p in parts if p.volume_id is not None and p.volume_id in outcomes
-              and outcomes[p.volume_id].ok]
-    missing = [p for p in parts if p not in cut_ok]
+    cut_ok, missing = [], []
+    for p in parts:
+        o = outcomes.get(p.volume_id) if p.volume_id is not None else None
+        (cut_ok if o is not None and o.ok else missing).append(p)
     sk = skew(outcomes.values())
     reasons = list(extra_reasons)
     failed_nodes: set[str] = {p.node for p in missing if p.node}

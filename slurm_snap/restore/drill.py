@@ -34,6 +34,8 @@ from .runner import Credentials, RunResult, run_program
 log = logging.getLogger(__name__)
 
 DRILLABLE = frozenset({S.APP, S.CRASH})
+# Errors that say nothing about the set: they abort the drill instead of failing the set.
+NOT_THE_SETS_FAULT = (errors.ConfigError, errors.ToolMissing, errors.Unsupported, errors.TransportError)
 # A RUNNING test without drill.json younger than this may still be setting up.
 STALE_AFTER = 120.0
 PROGRAM_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -190,6 +192,9 @@ class Drill:
                                                "command at submit (--snapshot-resume-cmd)")
             argv = parse_command(command)
             owner, creds = owner_credentials(run.uid, run.user_name)
+            if os.geteuid() not in (0, creds.uid):
+                raise errors.PermissionDenied(why=f"running the command as {owner.pw_name} needs root "
+                                                  "(run restore-test through sudo)")
             snapshots = repo.snapshots(st.id)
             if not snapshots:
                 raise errors.Conflict(f"snapshot set {st.id} has no snapshots to restore")
@@ -226,12 +231,12 @@ class Drill:
                           namespace=ns, kept=keep)
         try:
             self._drill(plan, outcome, submit)
-        except errors.ConfigError as exc:
-            # Our setup is wrong, not the set: close the test, leave the set's state alone.
-            self._abandon(plan, outcome, f"drill aborted: {exc}")
-            raise
         except BaseException as exc:
-            self._abandon(plan, outcome, f"interrupted: {type(exc).__name__}: {exc}")
+            # Our setup, the network or an interruption, not the set: close the
+            # test, remove the clones, leave the set's state alone.
+            why = (f"drill aborted: {exc}" if isinstance(exc, errors.SnapError)
+                   else f"interrupted: {type(exc).__name__}: {exc}")
+            self._abandon(plan, outcome, why)
             raise
         if not keep:
             outcome.cleanup_errors = nsmod.cleanup_namespace(ns, self._entry_backend(plan.snapshots))
@@ -255,14 +260,8 @@ class Drill:
             vclass = snap.volume.volume_class
             name = nsmod.clone_name(vclass, snap.node, len(nodes_per_class[vclass]) > 1)
             try:
-                backend = self.backend_for(snap)
-                where = self._clone_parent(backend, snap, plan, ns, state)
-                path = os.path.join(where, name)
-                state["clones"].append({"snapshot_id": snap.id, "path": path, "ns": where,
-                                        "live": snap.volume.path, "class": vclass, "node": snap.node})
-                nsmod.write_state(ns, state)
-                got = backend.clone(ref_from_row(snap), path)
-            except errors.ConfigError:
+                got = self._clone(self.backend_for(snap), snap, name, plan, ns, state)
+            except NOT_THE_SETS_FAULT:
                 raise
             except errors.SnapError as exc:
                 out.reason = f"clone of {snap.volume.path} from snapshot {snap.ref} failed: {exc}"
@@ -285,29 +284,41 @@ class Drill:
                                         job_name=f"slurm-snap-restore-{plan.set_id}", on_submitted=submitted)
         else:
             result = run_program(plan.argv, env=env, cwd=marker_dir, deadline=plan.deadline,
-                                 marker_file=marker, creds=plan.creds)
+                                 marker_file=marker, creds=plan.creds if os.geteuid() == 0 else None)
         out.passed, out.reason = verdict(result, plan.checkpoint_step, plan.deadline)
         out.first_step, out.time_to_first_step = result.first_step, result.time_to_first_step
 
-    def _clone_parent(self, backend, snap, plan: Plan, ns: str, state: dict) -> str:
-        """The namespace itself, or a sibling on the snapshot's filesystem when
-        the restore root is on another one (clones cannot cross filesystems)."""
-        if not snap.ref.startswith("/"):
-            return ns  # a dataset or volume name: the backend places its clone
-        snap_mount = nsmod.mount_point(backend, snap.ref)
-        ns_mount = nsmod.mount_point(backend, ns)
-        if snap_mount is None or ns_mount is None or snap_mount == ns_mount:
-            return ns
-        alt = nsmod.alt_namespace(snap_mount, ns)
+    def _clone(self, backend, snap, name: str, plan: Plan, ns: str, state: dict) -> str:
+        """Clone into the namespace; if the backend's tool fails there (e.g. the
+        restore root is on another filesystem), once more next to the snapshot."""
+        ref = ref_from_row(snap)
+
+        def attempt(where: str) -> str:
+            path = os.path.join(where, name)
+            state["clones"].append({"snapshot_id": snap.id, "path": path, "ns": where,
+                                    "live": snap.volume.path, "class": snap.volume.volume_class, "node": snap.node})
+            nsmod.write_state(ns, state)  # before the clone exists: cleanup must know it may
+            return backend.clone(ref, path)
+
         try:
-            check_target(alt, plan.live, self.cfg, protected=plan.protected)
-        except errors.BadValueError:
-            return ns  # never onto live data: let the clone fail instead
-        if alt not in state["namespaces"]:
+            return attempt(ns)
+        except errors.CommandFailed as first:
+            if not snap.ref.startswith("/") or "mkdir" not in backend.tools:
+                raise
+            alt = nsmod.alt_namespace(snap.ref, ns)
+            try:
+                check_target(alt, plan.live, self.cfg, protected=plan.protected)
+            except errors.BadValueError:
+                raise first from None  # never onto live data
+            nsmod.remove_clone(backend, os.path.join(ns, name), ns)  # what the failed tool left
             state["namespaces"].append(alt)
             nsmod.write_state(ns, state)
-            backend.mkdir_p(alt)
-        return alt
+            try:
+                backend.mkdir_p(alt)
+                return attempt(alt)
+            except errors.SnapError as second:
+                raise errors.BackendError(backend=backend.name,
+                                          why=f"{first}; and next to the snapshot: {second}") from None
 
     def _entry_backend(self, snapshots):
         return nsmod.resolver_for_entries(self.backend_for, {s.id: s for s in snapshots})

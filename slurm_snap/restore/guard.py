@@ -60,6 +60,10 @@ def check_target(target: str, live: Iterable[tuple[str, int]], cfg, *, protected
             continue
         jobs_tree = f"{vc.prefix}/jobs"
         rel = relation(target, jobs_tree, template=True)
+        if rel == "is inside":
+            # Only <jobs>/<job id>... is (or will be) live; <jobs>/.snapshots is not.
+            depth = len(_template_parts(jobs_tree))
+            rel = rel if _parts(target)[depth][:1].isdigit() else None
         if rel:
             raise BadValueError(what="restore target", value=target,
                                 why=f"{rel} {jobs_tree}, where class {vc.name!r} creates jobs' live volumes")

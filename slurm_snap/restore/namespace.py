@@ -26,9 +26,7 @@ from ..errors import BadValueError, BackendError
 from .parts import BackendFor
 
 STATE_FILE = "drill.json"
-# On a snapshot's own filesystem when the restore root is on another one
-# (btrfs and reflink clones cannot cross filesystems).
-ALT_DIR = ".slurm-snap-restore"
+ALT_PREFIX = ".slurm-snap-restore-"
 MARKER_DIR = ".marker"
 MARKER_FILE = "first-step"
 BTRFS_ROOT_INODE = 256
@@ -115,24 +113,11 @@ def remove_clone(backend: Backend, path: str, ns: str) -> bool:
     raise BackendError(backend=backend.name, why=f"cannot remove clone {path} on {backend.transport.where}")
 
 
-def mount_point(backend: Backend, path: str) -> str | None:
-    """Mount point of the filesystem holding `path` (or its nearest existing
-    parent) on the backend's host; None if the backend cannot tell."""
-    if "stat" not in backend.tools:
-        return None
-    p = path.rstrip("/") or "/"
-    while True:
-        res = backend.run("stat", "-c", "%m", "--", p, ok=(0, 1))
-        if res.status == 0:
-            return res.text.strip() or None
-        parent = os.path.dirname(p)
-        if parent == p:
-            return None
-        p = parent
-
-
-def alt_namespace(mount: str, ns: str) -> str:
-    return os.path.join(mount, ALT_DIR, os.path.basename(ns.rstrip("/")))
+def alt_namespace(snapshot_ref: str, ns: str) -> str:
+    """Next to the snapshot, so on its filesystem: where a clone goes when the
+    restore root is on another filesystem (btrfs and reflink clones cannot
+    cross filesystems). Hidden, so backends' list() never mistakes it."""
+    return os.path.join(os.path.dirname(snapshot_ref.rstrip("/")), f"{ALT_PREFIX}{os.path.basename(ns.rstrip('/'))}")
 
 
 def cleanup_namespace(ns: str, backend_for_clone) -> list[str]:

@@ -11,7 +11,6 @@ one snapshot between sets cut together) is only marked, never removed.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -19,8 +18,6 @@ from .. import errors
 from ..protocol import states as S
 from .parts import BackendFor, ref_from_row
 from .retention import KEEP, Decision, Policy, SetSummary, decide
-
-log = logging.getLogger(__name__)
 
 
 @dataclass

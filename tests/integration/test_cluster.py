@@ -7,13 +7,14 @@ Both preemption scenarios share one preemptor so the module stays fast.
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from cluster import (Cluster, ClusterError, loops_backed_by, mounts_under, new_state_dir, pid_alive,
+from cluster import (REPO, Cluster, ClusterError, loops_backed_by, mounts_under, new_state_dir, pid_alive,
                      processes_using, remove_state_dir, run_dev_cluster, start_cluster)
 
 pytestmark = pytest.mark.integration
@@ -73,6 +74,68 @@ def test_up_twice_is_harmless(cluster):
     assert cluster.pids() == before
     assert all(pid_alive(pid) for pid in before.values())
     assert node_names_from_srun(cluster) == ["n1", "n2", "n3"]
+
+
+# --- hook entry points ----------------------------------------------------
+
+ENTRY_POINTS = {
+    "prolog/slurm-snap-prolog": "prolog",
+    "prolog/slurm-snap-prolog-slurmctld": "prolog-slurmctld",
+    "epilog/slurm-snap-epilog": "epilog",
+    "epilog/slurm-snap-epilog-slurmctld": "epilog-slurmctld",
+}
+
+# Stands in for the helper: records its argv and what its stdin is.
+RECORDER = """#!/bin/sh
+printf '%s\\n' "$@" > "$0.argv"
+/usr/bin/readlink /proc/self/fd/0 > "$0.stdin"
+"""
+
+
+def install_entry_point(rel: str, dest: Path, helper: str, config: str) -> Path:
+    """The install step etc/README.md gives admins: copy, rewrite HELPER= and CONFIG=."""
+    text = (REPO / rel).read_text()
+    text = re.sub(r"^HELPER=.*$", f"HELPER={helper}", text, flags=re.M)
+    text = re.sub(r"^CONFIG=.*$", f"CONFIG={config}", text, flags=re.M)
+    path = dest / Path(rel).name
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("rel, hook", sorted(ENTRY_POINTS.items()))
+def test_entry_point_execs_helper_only_for_opted_in_jobs(tmp_path, rel, hook):
+    helper = tmp_path / "helper"
+    helper.write_text(RECORDER)
+    helper.chmod(0o755)
+    script = install_entry_point(rel, tmp_path, str(helper), "/site/slurm-snap.toml")
+    # Hooks run without PATH: the script must not need one.
+    quiet = subprocess.run([str(script)], env={"SLURM_JOB_ID": "7"}, capture_output=True, timeout=10)
+    assert quiet.returncode == 0 and not Path(f"{helper}.argv").exists()
+    opted = subprocess.run([str(script)], env={"SPANK_SLURM_SNAP": "1", "SLURM_JOB_ID": "7"},
+                           stdin=subprocess.PIPE, capture_output=True, timeout=10)
+    assert opted.returncode == 0, opted.stderr
+    assert Path(f"{helper}.argv").read_text().split("\n")[:4] == ["--config", "/site/slurm-snap.toml", "hook", hook]
+    assert Path(f"{helper}.stdin").read_text().strip() == "/dev/null"
+
+
+def test_entry_point_fails_open_without_helper(tmp_path):
+    script = install_entry_point("prolog/slurm-snap-prolog", tmp_path, "/nonexistent/slurm-snap", "/x.toml")
+    proc = subprocess.run([str(script)], env={"SPANK_SLURM_SNAP": "1"}, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0
+    assert "slurm-snap: helper /nonexistent/slurm-snap missing" in proc.stderr
+
+
+def test_cluster_hooks_are_installed_with_absolute_paths(cluster):
+    conf = Path(cluster.slurm_conf).read_text()
+    for rel, hook in ENTRY_POINTS.items():
+        key = {"prolog": "Prolog", "epilog": "Epilog", "prolog-slurmctld": "PrologSlurmctld",
+               "epilog-slurmctld": "EpilogSlurmctld"}[hook]
+        installed = cluster.state / "libexec" / Path(rel).name
+        assert re.search(rf"^{key}={re.escape(str(installed))}$", conf, re.M), key
+        text = installed.read_text()
+        assert f"HELPER={cluster.env['SLURM_SNAP_HELPER']}\n" in text
+        assert f"CONFIG={cluster.env['SLURM_SNAP_CONFIG']}\n" in text
 
 
 # --- preemption ---------------------------------------------------------

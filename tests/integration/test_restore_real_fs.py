@@ -57,26 +57,33 @@ def digest(root: str) -> dict[str, str]:
     return out
 
 
-@pytest.fixture(params=["btrfs", "xfs-reflink"])
+# "cross": the restore root is on the *other* loop filesystem, so the clone
+# must go to the snapshot's own filesystem (next to the snapshot).
+@pytest.fixture(params=["btrfs", "xfs-reflink", "btrfs cross", "xfs-reflink cross"])
 def env(request, tmp_path):
-    fsys = request.getfixturevalue("btrfs_fs" if request.param == "btrfs" else "xfs_fs")
-    # The loop mount sits in a 0700 temp dir; the drilled program runs as nobody.
-    os.chmod(os.path.dirname(fsys.mountpoint), 0o755)
-    prefix = os.path.join(fsys.mountpoint, f"restore-it-{os.getpid()}-{next(_seq)}")
+    kind, _, cross = request.param.partition(" ")
+    fsys = request.getfixturevalue("btrfs_fs" if kind == "btrfs" else "xfs_fs")
+    other = request.getfixturevalue("xfs_fs" if kind == "btrfs" else "btrfs_fs")
+    # The loop mounts sit in 0700 temp dirs; the drilled program runs as nobody.
+    for f in (fsys, other):
+        os.chmod(os.path.dirname(f.mountpoint), 0o755)
+    tag = f"restore-it-{os.getpid()}-{next(_seq)}"
+    prefix = os.path.join(fsys.mountpoint, tag)
     os.makedirs(os.path.join(prefix, "jobs"))
     os.chmod(prefix, 0o755)
+    restore_root = os.path.join(other.mountpoint if cross else prefix, f".restore-{tag}")
     cfg = config_mod.from_dict({
         "inventory": {"url": f"sqlite:///{tmp_path}/inventory.db"},
-        "paths": {"restore_root": os.path.join(prefix, ".restore")},
-        "volume_class": [{"name": "scratch", "prefix": prefix, "scope": "shared", "backend": request.param,
+        "paths": {"restore_root": restore_root},
+        "volume_class": [{"name": "scratch", "prefix": prefix, "scope": "shared", "backend": kind,
                           "options": {"snapdir": os.path.join(prefix, ".snapshots")}}],
-    }, str(tmp_path / f"cfg-{request.param}.toml"))
+    }, str(tmp_path / f"cfg-{kind}.toml"))
     factory.reset_cache()
     inv = Inventory(cfg.inventory.url)
     inv.upgrade()
     nobody = pwd.getpwnam("nobody")
     live = os.path.join(prefix, "jobs", "42")
-    if request.param == "btrfs":
+    if kind == "btrfs":
         subprocess.run(["/usr/bin/btrfs", "subvolume", "create", live], check=True, capture_output=True, timeout=60)
     else:
         os.mkdir(live)
@@ -94,8 +101,8 @@ def env(request, tmp_path):
         run = repo.record_job_run(job_id=42, restart_count=0, user_name="nobody", uid=nobody.pw_uid,
                                   options={"resume_cmd": f"{PYTHON} {program}"})
         (vol,) = repo.add_volumes(run, [VolumeSpec(path=live, scope="shared", volume_class="scratch",
-                                                   backend=request.param)])
-    yield cfg, inv, backend, live, vol.id
+                                                   backend=kind)])
+    yield cfg, inv, backend, live, vol.id, (fsys.mountpoint if cross else None)
     inv.dispose()
     factory.reset_cache()
 
@@ -114,7 +121,7 @@ def cut(inv, backend, live, vol_id, epoch, at):
 
 
 def test_drill_and_prune_on_a_real_filesystem(env):
-    cfg, inv, backend, live, vol_id = env
+    cfg, inv, backend, live, vol_id, clone_mount = env
     t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
     good, good_ref = cut(inv, backend, live, vol_id, "good", t0)
     before = digest(live)
@@ -125,6 +132,11 @@ def test_drill_and_prune_on_a_real_filesystem(env):
     assert digest(live) == before                      # the live tree was never written
     assert "resumed-by-uid" not in os.listdir(os.path.join(good_ref, "ckpt"))  # nor the snapshot
     assert os.listdir(cfg.paths.restore_root) == []     # the writable clone is gone
+    if clone_mount:
+        # Cloned next to the snapshot (its filesystem), then removed with its directory.
+        (restored,) = out.restore_map.values()
+        assert restored.startswith(os.path.join(os.path.dirname(good_ref), ".slurm-snap-restore-"))
+    assert [n for n in os.listdir(os.path.dirname(good_ref)) if n.startswith(".slurm-snap-restore")] == []
     with inv.session() as repo:
         assert repo.get_set(good).state == S.VERIFIED
         assert 42 in repo.newest_verified_by_job([42])

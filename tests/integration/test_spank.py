@@ -164,3 +164,22 @@ def test_values_reach_the_job_environment(cluster):
              if m and m.group(2) == barrier]
     assert sorted(ranks) == ["0", "1"]
 
+
+
+def test_steps_inside_the_job_do_not_rerun_the_check(cluster, conf_with_helper):
+    """srun in an opted-in job inherits the options; only the submission checks them."""
+    out = cluster.make_user_dir(f"steps-{time.monotonic_ns()}")
+    counter = cluster.write_user_file(f"{out.name}/count-helper",
+                                      f"#!/bin/sh\necho \"$*\" >> {out}/calls\nexit 0\n", mode=0o755)
+    conf = conf_with_helper(str(counter))
+    env = [f"SLURM_CONF={conf}", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
+    proc = run_group(["/usr/sbin/runuser", "-u", cluster.user, "--", "/usr/bin/env", "-i", *env,
+                      "sbatch", "--parsable", "-o", f"{out}/slurm.out", "--snapshot-volumes=pfs",
+                      "--wrap", f"srun /bin/true && srun /bin/true && touch {out}/steps-ran"],
+                     cwd=out, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    cluster.wait_state(int(proc.stdout.strip().split(";")[0]), {"COMPLETED", "FAILED", "CANCELLED"}, timeout=60)
+    assert (out / "steps-ran").exists(), (out / "slurm.out").read_text() if (out / "slurm.out").exists() else ""
+    calls = (out / "calls").read_text().splitlines()
+    assert len(calls) == 1, calls
+    assert "hook validate-options --volumes pfs --consistency app" in calls[0]

@@ -9,7 +9,7 @@ import pytest
 from slurm_snap import errors
 from slurm_snap.cli import metrics_cmd
 from slurm_snap.report.metrics import Exposition, escape_label, reason_class
-from test_report_seed import ALICE, ROOT, invoke, seeded  # noqa: F401  (fixture)
+from test_report_seed import ALICE, ROOT, invoke, report_pg_server, seeded  # noqa: F401  (fixtures)
 
 EXPECTED = """\
 # HELP slurm_snap_sets Snapshot sets by state and consistency label.

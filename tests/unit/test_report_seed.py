@@ -9,6 +9,7 @@ the wall clock, which an exact expected table cannot follow.
 from __future__ import annotations
 
 import datetime as dt
+import os
 
 import pytest
 
@@ -140,9 +141,11 @@ def write_config(tmp_path, url: str, operators=("root",)) -> str:
     return str(path)
 
 
-def _own_pg_database() -> str:
-    """A database of our own on the test PostgreSQL server, emptied: the shared
-    one is reset by other tests that may run at the same time."""
+@pytest.fixture(scope="session")
+def report_pg_server():
+    """A database of this test process's own on the test PostgreSQL server:
+    the shared one is reset by other tests, and other pytest runs may use the
+    server at the same time. Dropped at the end of the session."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
@@ -151,26 +154,37 @@ def _own_pg_database() -> str:
     url = pg_url()
     require(bool(url), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg "
                        "or set SLURM_SNAP_TEST_PG_URL")
-    mine = make_url(url).set(database="slurmsnap_report")
+    name = f"slurmsnap_report_{os.getpid()}"
     try:
         admin = create_engine(url, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
-            if not conn.execute(text("SELECT 1 FROM pg_database WHERE datname = 'slurmsnap_report'")).scalar():
-                conn.execute(text("CREATE DATABASE slurmsnap_report"))
-        admin.dispose()
-        eng = create_engine(mine)
-        with eng.begin() as conn:
-            conn.execute(text("DROP SCHEMA public CASCADE"))
-            conn.execute(text("CREATE SCHEMA public"))
-        eng.dispose()
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+            conn.execute(text(f"CREATE DATABASE {name}"))
     except Exception as exc:  # server down
         require(False, f"PostgreSQL at {url} unreachable: {exc}")
-    return mine.render_as_string(hide_password=False)
+    yield make_url(url).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    admin.dispose()
+
+
+def _empty_pg(url: str) -> str:
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(url)
+    with eng.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    eng.dispose()
+    return url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def seeded(request, tmp_path):
-    url = f"sqlite:///{tmp_path}/inv.db" if request.param == "sqlite" else _own_pg_database()
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/inv.db"
+    else:
+        url = _empty_pg(request.getfixturevalue("report_pg_server"))
     ids = seed(url)
     return {"url": url, "ids": ids, "config": write_config(tmp_path, url, operators=("root", "oper"))}
 

@@ -271,3 +271,59 @@ def test_command_is_not_run_by_a_shell(inventory, world):
     # The ';' and the rest are argv words for the program, which ignores them.
     assert not os.path.exists("/tmp/pwned-by-shell")
     assert out.passed
+
+
+# ---- the command -------------------------------------------------------------
+@pytest.fixture
+def cli_world(world):
+    from slurm_snap.inventory.repository import Inventory
+
+    inv = Inventory(world.cfg.inventory.url)
+    inv.upgrade()
+    yield world, inv, str(world.base / "slurm-snap.toml")
+    inv.dispose()
+
+
+def test_cli_passed_and_failed_exit_codes(cli_world, capsys):
+    from slurm_snap.cli import main
+
+    w, inv, cfg = cli_world
+    set_id = add_set(inv, w)
+    assert main(["--config", cfg, "restore-test", "42", "--command", w.command("ok"), "--deadline", "60"]) == 0
+    assert f"set {set_id} is VERIFIED" in capsys.readouterr().out
+
+    code = main(["--config", cfg, "restore-test", f"set:{set_id}", "--command", w.command("hang"),
+                 "--deadline", "1", "--json"])
+    captured = capsys.readouterr()
+    assert code == errors.CONFLICT
+    assert json.loads(captured.out)["result"] == "FAILED"
+    assert "deadline" in captured.err
+    with inv.session() as repo:
+        assert repo.get_set(set_id).state == S.FAILED_RESTORE
+
+
+def test_cli_bad_selector_and_non_owner(cli_world, capsys, monkeypatch):
+    from slurm_snap.cli import main
+
+    w, inv, cfg = cli_world
+    add_set(inv, w)
+    assert main(["--config", cfg, "restore-test", "set:x", "--command", "/bin/true"]) == errors.USAGE
+    assert "set:x" in capsys.readouterr().err
+    monkeypatch.setenv("SUDO_UID", "1")   # daemon: neither owner nor operator
+    assert main(["--config", cfg, "restore-test", "42", "--command", "/bin/true"]) == errors.PERMISSION
+    assert main(["--config", cfg, "restore-test", "--cleanup"]) == errors.PERMISSION
+
+
+def test_infrastructure_errors_abort_without_blaming_the_set(inventory, world):
+    set_id = add_set(inventory, world)
+
+    def no_tool(row):
+        raise errors.ToolMissing("btrfs", "btrfs")
+
+    with pytest.raises(errors.ToolMissing):
+        drill(inventory, world, backend_for=no_tool).run("42", command=world.command("ok"), deadline=30)
+    assert leftovers(world) == []
+    with inventory.session() as repo:
+        assert repo.get_set(set_id).state == S.COMPLETE
+        (rt,) = repo.restore_tests(set_id)
+        assert rt.result == "FAILED" and rt.reason.startswith("drill aborted")
