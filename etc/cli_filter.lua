@@ -44,8 +44,18 @@ local function user_gave_signal(options)
 	return s ~= nil and s ~= "" and s ~= "0@0"
 end
 
+-- srun inside an allocation inherits the job's options through the
+-- environment; the job already has its signal, a step needs none.
+local function new_allocation(options)
+	if options["type"] ~= "srun" then
+		return true
+	end
+	return not (os and os.getenv and os.getenv("SLURM_JOB_ID"))
+end
+
 function slurm_snap_apply(options)
-	if snapshot_on_preempt_requested(options) and not user_gave_signal(options) then
+	if new_allocation(options) and snapshot_on_preempt_requested(options)
+		and not user_gave_signal(options) then
 		options["signal"] = SNAP_SIGNAL .. "@" .. SNAP_SIGNAL_TIME
 	end
 end

@@ -34,7 +34,15 @@ ensure_munge() {
 }
 
 release_munge() {
+	local entry other
 	rm -f "$DEV_RUN_DIR/clusters/$(cluster_id)"
+	# Entries of clusters whose slurmctld is gone (killed, machine reused)
+	# must not keep munged alive forever.
+	for entry in "$DEV_RUN_DIR"/clusters/*; do
+		[ -f "$entry" ] || continue
+		other=$(cat "$entry")
+		pid_from_file "$other/run/slurmctld.pid" slurmctld >/dev/null || rm -f "$entry"
+	done
 	[ -n "$(ls -A "$DEV_RUN_DIR/clusters" 2>/dev/null)" ] && return 0
 	[ -e "$DEV_RUN_DIR/munged.started" ] || return 0
 	# Stop it only if it is still the munged we started.
@@ -210,21 +218,24 @@ start_slurm() {
 wait_nodes_idle() {
 	local timeout=${1:-60} i states
 	slurm_paths
+	# Responding is enough: after an unclean stop, recovered jobs may keep
+	# nodes mixed/allocated for a while ("*" would mean not responding).
 	for i in $(seq 1 $((timeout * 5))); do
 		states=$(slurm_env sinfo -h -N -o '%N=%T' 2>/dev/null | sort -u | tr '\n' ' ')
-		case $states in
-		"n1=idle n2=idle n3=idle ") return 0 ;;
-		esac
+		if [ "$(printf '%s' "$states" | grep -Eo 'n[0-9]+=(idle|mixed|allocated|completing) ' | wc -l)" -eq 3 ] &&
+			[ "$(printf '%s' "$states" | wc -w)" -eq 3 ]; then
+			return 0
+		fi
 		sleep 0.2
 	done
-	log "nodes not idle after $timeout s: ${states:-sinfo answered nothing}"
+	log "nodes not ready after $timeout s: ${states:-sinfo answered nothing}"
 	log "--- tail of $STATE/log/slurmctld.log"
 	tail -n 20 "$STATE/log/slurmctld.log" >&2 2>/dev/null || true
 	for n in $NODES; do
 		log "--- tail of $STATE/log/slurmd-$n.log"
 		tail -n 10 "$STATE/log/slurmd-$n.log" >&2 2>/dev/null || true
 	done
-	die "cluster in $STATE did not become idle"
+	die "cluster in $STATE did not become ready"
 }
 
 # Jobs must end before the daemons stop: slurmstepd and the job's processes
@@ -251,41 +262,68 @@ stop_slurm() {
 	stop_pidfile "$CTLD_PID" slurmctld
 }
 
-# Processes left by this cluster's jobs (slurmstepd, user tasks): identified
-# by a working directory or open file inside STATE, never by name.
-leftover_pids() {
-	local d pid link self=$$
-	for d in /proc/[0-9]*; do
-		pid=${d#/proc/}
-		[ "$pid" = "$self" ] && continue
-		is_ancestor "$pid" && continue
-		link=$(readlink "$d/cwd" 2>/dev/null) || continue
-		case $link in "$STATE"/*) printf '%s\n' "$pid"; continue ;; esac
-		for link in $(ls -l "$d/fd" 2>/dev/null | sed -n 's/.* -> //p'); do
-			case $link in "$STATE"/*) printf '%s\n' "$pid"; break ;; esac
-		done
-	done
-}
-
-is_ancestor() {
-	local p=$$ want=$1 ppid
-	while [ "$p" -gt 1 ]; do
-		[ "$p" = "$want" ] && return 0
-		ppid=$(awk '/^PPid:/{print $2}' "/proc/$p/status" 2>/dev/null) || return 1
-		[ -n "$ppid" ] || return 1
-		p=$ppid
+# Processes left by this cluster's jobs: slurmstepd processes that hold files
+# in STATE (spool sockets, logs), and everything descended from them (the
+# tasks). Nothing else is ours to kill, whatever it has open.
+refers_to_state() {
+	local link
+	link=$(readlink "$1/cwd" 2>/dev/null) && case $link in "$STATE"/*) return 0 ;; esac
+	for link in "$1"/fd/*; do
+		link=$(readlink "$link" 2>/dev/null) || continue
+		case $link in "$STATE"/*) return 0 ;; esac
 	done
 	return 1
 }
 
+leftover_pids() {
+	local d pid comm key value roots="" queue next
+	local -A kids=()
+	for d in /proc/[0-9]*; do
+		pid=${d#/proc/}
+		while read -r key value; do
+			if [ "$key" = "PPid:" ]; then
+				kids[$value]="${kids[$value]:-} $pid"
+				break
+			fi
+		done <"$d/status" 2>/dev/null || continue
+		read -r comm <"$d/comm" 2>/dev/null || continue
+		[ "$comm" = slurmstepd ] && refers_to_state "$d" && roots="$roots $pid"
+	done
+	queue=$roots
+	while [ -n "${queue// /}" ]; do
+		next=""
+		for pid in $queue; do
+			printf '%s\n' "$pid"
+			next="$next ${kids[$pid]:-}"
+		done
+		queue=$next
+	done
+}
+
+# Zombies wait for PID 1 to reap them: they count as gone.
+running() {
+	local rest
+	[ -r "/proc/$1/stat" ] || return 1
+	read -r rest <"/proc/$1/stat" 2>/dev/null || return 1
+	rest=${rest##*) }
+	[ "${rest%% *}" != Z ]
+}
+
 kill_leftovers() {
-	local pids
+	local pids pid i alive
 	pids=$(leftover_pids | tr '\n' ' ')
 	[ -n "${pids// /}" ] || return 0
-	log "terminating leftover job processes of this cluster: $pids"
+	log "terminating leftover slurmstepd/task processes of this cluster: $pids"
 	kill -TERM $pids 2>/dev/null || true
-	sleep 1
-	pids=$(leftover_pids | tr '\n' ' ')
-	[ -n "${pids// /}" ] && kill -KILL $pids 2>/dev/null || true
+	# The same list gets KILL: once slurmstepd is gone its tasks (srun keeps
+	# running after TERM) are reparented and no longer recognisable as ours.
+	for i in $(seq 1 20); do
+		alive=""
+		for pid in $pids; do running "$pid" && alive="$alive $pid"; done
+		[ -n "$alive" ] || return 0
+		sleep 0.1
+	done
+	log "KILL after 2 s:$alive"
+	kill -KILL $alive 2>/dev/null || true
 	sleep 0.2
 }

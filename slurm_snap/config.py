@@ -259,7 +259,9 @@ def _check_semantics(cfg: Config) -> None:
         raise ConfigError(path=p, key="protocol.default_consistency",
                           why=f"{cfg.protocol.default_consistency!r} is not one of {', '.join(CONSISTENCIES)}")
     sig = cfg.protocol.checkpoint_signal
-    if not (sig.startswith("SIG") and isinstance(getattr(_signal, sig, None), int)) or sig in ("SIGKILL", "SIGSTOP"):
+    # Signals, not the other IntEnums of the module (SIG_DFL, SIG_IGN, SIG_BLOCK... are ints too).
+    if not (sig.startswith("SIG") and isinstance(getattr(_signal, sig, None), _signal.Signals)) \
+            or sig in ("SIGKILL", "SIGSTOP"):
         raise ConfigError(path=p, key="protocol.checkpoint_signal", why=f"{sig!r} is not a catchable signal name")
     if cfg.protocol.grace < 0:
         raise ConfigError(path=p, key="protocol.grace", why="must not be negative")

@@ -221,6 +221,14 @@ class Backend(abc.ABC):
         """
         raise errors.Unsupported(backend=self.name, verb="clone")
 
+    def delete_clone(self, path: str) -> bool:
+        """Remove a writable clone made by clone(). MUST return False if it is
+        already gone, and MUST NOT follow a symlink at `path`. The caller has
+        checked that `path` is a clone it made (restore namespaces only).
+        Optional: raises errors.Unsupported.
+        """
+        raise errors.Unsupported(backend=self.name, verb="delete_clone")
+
     def create_volume(self, path: str) -> str:
         """Create an empty volume at `path` that can be snapshotted on its own
         (the Prolog's per-job volume). MUST refuse an existing path

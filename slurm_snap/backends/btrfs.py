@@ -124,6 +124,17 @@ class BtrfsBackend(Backend):
         self.run("btrfs", "subvolume", "delete", "--", path)
         return True
 
+    def delete_clone(self, path: str) -> bool:
+        path = check_abs_path("clone", path)
+        ino = self.inode(path)
+        if ino is None:
+            return False
+        if ino != BTRFS_ROOT_INODE:
+            raise errors.BadValueError(what="btrfs clone", value=path, why="is not a subvolume; refusing to delete it")
+        # A clone is one writable subvolume: one ioctl, not a tree walk.
+        self.run("btrfs", "subvolume", "delete", "--", path)
+        return True
+
     def create_volume(self, path: str) -> str:
         path = check_abs_path("volume", path)
         if self.path_exists(path):

@@ -73,7 +73,8 @@ class GpfsBackend(Backend):
 
     def _snapshots(self, fileset: str) -> dict[str, dict[str, str]]:
         rows = parse_y(self.run("mmlssnapshot", self.options["device"], "-j", fileset, "-Y").text, "mmlssnapshot")
-        return {r["directory"]: r for r in rows if r.get("fileset") == fileset}
+        # .get: garbage or a changed format must not be a KeyError in the middle of a cut.
+        return {r["directory"]: r for r in rows if r.get("fileset") == fileset and r.get("directory")}
 
     def _ref(self, fileset: str, name: str, row: dict[str, str], junction: str | None) -> SnapshotRef:
         path = f"{junction}/.snapshots/{name}" if junction else None
@@ -87,6 +88,9 @@ class GpfsBackend(Backend):
         if name not in snaps:
             self.run("mmcrsnapshot", self.options["device"], name, "-j", fileset)
             snaps = self._snapshots(fileset)
+            if name not in snaps:
+                raise errors.BackendError(backend=self.name, why=f"mmcrsnapshot {name} -j {fileset} exited 0 "
+                                                                 "but mmlssnapshot does not list it")
         return self._ref(fileset, name, snaps[name], junction)
 
     def list(self, volume: str) -> list[SnapshotRef]:

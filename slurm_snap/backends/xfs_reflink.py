@@ -150,6 +150,15 @@ class ReflinkBackend(Backend):
         self.run("rm", "-f", "--", self._claim_path(path))
         return True
 
+    def delete_clone(self, path: str) -> bool:
+        path = check_abs_path("clone", path)
+        if not self.path_exists(path):
+            return False
+        if self.run("test", "-L", path, ok=(0, 1)).status == 0:
+            raise errors.BadValueError(what="clone", value=path, why="is a symlink; refusing to follow it")
+        self._remove(path)
+        return True
+
     def clone(self, ref: SnapshotRef, target: str) -> str:
         target = check_abs_path("clone target", target)
         if self.path_exists(target):

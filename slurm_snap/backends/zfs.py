@@ -18,6 +18,9 @@ from slurm_snap.backends.base import Backend, Capabilities, SnapshotRef, check_n
 _DATASET_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*(/[A-Za-z0-9_.: -]*[A-Za-z0-9_.:-])*$")
 
 
+_SNAP_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$")
+
+
 def check_dataset(value: str, what: str = "zfs dataset") -> str:
     if not isinstance(value, str) or not _DATASET_RE.fullmatch(value) or len(value) > 255:
         raise errors.BadValueError(what=what, value=value,
@@ -25,11 +28,19 @@ def check_dataset(value: str, what: str = "zfs dataset") -> str:
     return value
 
 
-def parse_snapshot_list(text: str) -> dict[str, dt.datetime | None]:
-    """`zfs list -H -p -o name,creation` -> {"pool/fs@snap": creation}."""
+def parse_snapshot_list(text: str, dataset: str | None = None) -> dict[str, dt.datetime | None]:
+    """`zfs list -H -p -o name,creation` -> {"pool/fs@snap": creation}.
+
+    With `dataset`, only that dataset's snapshots with a name we could have
+    made: a line naming another dataset is never taken for one of ours (repair
+    deletes what list() returns under our names).
+    """
     out = {}
     for line in text.splitlines():
         name, _, creation = line.partition("\t")
+        if dataset is not None and not (name.startswith(dataset + "@")
+                                        and _SNAP_RE.fullmatch(name[len(dataset) + 1:])):
+            continue
         if "@" in name:
             out[name] = (dt.datetime.fromtimestamp(int(creation), dt.timezone.utc)
                          if creation.strip().isdigit() else None)
@@ -47,7 +58,7 @@ class ZfsBackend(Backend):
 
     def _snapshots(self, dataset: str) -> dict[str, dt.datetime | None]:
         return parse_snapshot_list(self.run(
-            "zfs", "list", "-H", "-p", "-t", "snapshot", "-o", "name,creation", "-d", "1", dataset).text)
+            "zfs", "list", "-H", "-p", "-t", "snapshot", "-o", "name,creation", "-d", "1", dataset).text, dataset)
 
     def _mountpoint(self, dataset: str) -> str | None:
         res = self.run("zfs", "get", "-H", "-p", "-o", "value", "mountpoint", dataset, ok=(0, 1))
@@ -66,6 +77,9 @@ class ZfsBackend(Backend):
         if full not in snaps:
             self.run("zfs", "snapshot", full)
             snaps = self._snapshots(dataset)
+            if full not in snaps:
+                raise errors.BackendError(backend=self.name,
+                                          why=f"zfs snapshot {full} exited 0 but zfs list does not show it")
         return self._ref(dataset, full, snaps.get(full), self._mountpoint(dataset))
 
     def list(self, volume: str) -> list[SnapshotRef]:
@@ -78,7 +92,7 @@ class ZfsBackend(Backend):
         dataset = check_dataset(ref.volume)
         res = self.run("zfs", "list", "-H", "-p", "-t", "snapshot", "-o", "name,creation", "-d", "1",
                        dataset, ok=(0, 1))
-        return res.status == 0 and ref.ref in parse_snapshot_list(res.text)
+        return res.status == 0 and ref.ref in parse_snapshot_list(res.text, dataset)
 
     def delete(self, ref: SnapshotRef) -> bool:
         if "@" not in ref.ref:  # never let a crafted ref destroy a dataset

@@ -4,7 +4,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import click
+
 from .. import config as config_mod
+from ..slurm.jobenv import MAX_ID
 
 
 @dataclass
@@ -31,3 +34,22 @@ class Ctx:
 
             self._inventory = Inventory.from_config(self.config)
         return self._inventory
+
+
+
+class JobIdType(click.ParamType):
+    """A Slurm job id on the command line: ASCII digits, 1..MAX_ID.
+
+    click.IntRange would accept "+5", "1_000" and other scripts' digits ("١٢"
+    reads as 12) and, without a bound, numbers that overflow the inventory.
+    """
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        text = str(value)
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_ID:
+            self.fail(f"{text!r} is not a job id (1-{MAX_ID})", param, ctx)
+        return int(text)

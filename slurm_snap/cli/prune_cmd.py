@@ -7,6 +7,7 @@ import json
 import click
 
 from .. import errors
+from .context import JobIdType
 
 
 def _fmt_time(t: dt.datetime | None) -> str:
@@ -14,7 +15,7 @@ def _fmt_time(t: dt.datetime | None) -> str:
 
 
 @click.command("prune")
-@click.option("--job", "job_id", type=int, metavar="J", help="Only this job's sets.")
+@click.option("--job", "job_id", type=JobIdType(), metavar="J", help="Only this job's sets.")
 @click.option("--user", metavar="U", help="Only this user's sets.")
 @click.option("--keep-last", type=click.IntRange(min=0), default=0, metavar="N", help="Keep the newest N sets.")
 @click.option("--keep-daily", type=click.IntRange(min=0), default=0, metavar="N",

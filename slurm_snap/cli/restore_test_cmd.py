@@ -20,12 +20,16 @@ from .. import errors
 @click.option("--partition", metavar="P", help="With --submit: the partition for the drill job.")
 @click.option("--queue-timeout", type=float, default=600.0, show_default=True, metavar="S",
               help="With --submit: how long the drill job may wait in the queue.")
+@click.option("--no-wait", "no_wait", is_flag=True,
+              help="With --submit: return once the job is submitted; finish later with --collect.")
+@click.option("--collect", is_flag=True,
+              help="Record and clean up drills whose Slurm job ended (and dead drills), then exit.")
 @click.option("--keep", is_flag=True, help="Keep the clones for inspection (remove them later with --cleanup).")
 @click.option("--cleanup", is_flag=True, help="Remove clones left by dead or --keep drills, then exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.pass_obj
-def command(ctx, selector, command_text, deadline, target_dir, submit, partition, queue_timeout, keep, cleanup,
-            as_json):
+def command(ctx, selector, command_text, deadline, target_dir, submit, partition, queue_timeout, no_wait, collect,
+            keep, cleanup, as_json):
     """Clone the set into a spare namespace, run the resume command there as the
     job's owner, and mark the set VERIFIED or FAILED_RESTORE."""
     from ..restore.drill import Drill
@@ -42,10 +46,22 @@ def command(ctx, selector, command_text, deadline, target_dir, submit, partition
         for msg in drill.sweep(include_kept=True):
             click.echo(msg)
         return
+    if collect:
+        for msg in drill.sweep():
+            click.echo(msg)
+        return
     if not selector:
-        raise errors.UsageError("restore-test needs JOB or set:ID (or --cleanup)")
+        raise errors.UsageError("restore-test needs JOB or set:ID (or --collect / --cleanup)")
+    if no_wait and not submit:
+        raise errors.UsageError("--no-wait needs --submit")
     out = drill.run(selector, command=command_text, deadline=deadline, target=target_dir, keep=keep,
-                    submit=submit)
+                    submit=submit, wait=not no_wait)
+    if out.pending:
+        msg = (f"restore test {out.test_id} of set {out.set_id} submitted as Slurm job {out.slurm_job_id}; "
+               "record it with: slurm-snap restore-test --collect")
+        click.echo(json.dumps({"test_id": out.test_id, "set_id": out.set_id, "result": "SUBMITTED",
+                               "slurm_job_id": out.slurm_job_id}) if as_json else msg)
+        return
     if as_json:
         click.echo(json.dumps({
             "set_id": out.set_id, "job_id": out.job_id, "test_id": out.test_id,

@@ -7,6 +7,7 @@ import click
 
 from .. import access
 from ..errors import BadValueError, NotFound, UsageError
+from ..slurm.jobenv import MAX_ID
 from .report_cmd import caller_and_clock
 
 
@@ -19,18 +20,19 @@ def parse_target(target: str | None, set_id: int | None) -> tuple[str, int, int 
     text = target.strip()
     if text.lower().startswith("set:"):
         num = text[4:]
-        if not num.isdigit():
+        if not (num.isascii() and num.isdigit()) or int(num) > 2**63 - 1:
             raise BadValueError(what="set", value=target, why="expected set:ID with a numeric ID")
         return "set", int(num), None
     head, dot, tail = text.partition(".")
-    if not head.isdigit() or (dot and not tail.isdigit()):
+    if not (text.isascii() and head.isdigit()) or (dot and not tail.isdigit()) \
+            or int(head) > MAX_ID or (dot and int(tail) > MAX_ID):
         raise BadValueError(what="job", value=target, why="expected JOBID, JOBID.RESTART or set:ID")
     return "job", int(head), int(tail) if dot else None
 
 
 @click.command("show")
 @click.argument("target", required=False, metavar="JOB|JOB.RESTART|set:ID")
-@click.option("--set", "set_id", type=int, metavar="ID", help="The set with this id.")
+@click.option("--set", "set_id", type=click.IntRange(min=1, max=2**63 - 1), metavar="ID", help="The set with this id.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable (docs/report.md, show schema).")
 @click.pass_obj
 def command(ctx, target, set_id, as_json):

@@ -7,10 +7,11 @@ import click
 
 from .. import errors
 from ..protocol import states as S
+from .context import JobIdType
 
 
 @click.command("snapshot")
-@click.argument("job_id", type=click.IntRange(min=1), metavar="JOBID")
+@click.argument("job_id", type=JobIdType(), metavar="JOBID")
 @click.option("--consistency", type=click.Choice(["app", "crash"]), default=None,
               help="app: signal the ranks and wait for every barrier; crash: cut at once, no signal "
                    "[default: protocol.default_consistency].")

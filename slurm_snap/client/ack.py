@@ -68,13 +68,22 @@ def ack_filename(node: str, rank: int) -> str:
     return f"{check_name('node name', node)}.{int(rank)}.json"
 
 
-def _int_field(data: dict, field: str, minimum: int) -> int:
+# Ranks and sizes fit the inventory's 32-bit columns, steps its 64-bit one: a
+# larger number from a rank must be a clear rejection, not an overflow in the
+# coordinator (or a set(range(local_size)) of 10**12 members).
+MAX_RANK = 2**31 - 1
+MAX_STEP = 2**63 - 1
+
+
+def _int_field(data: dict, field: str, minimum: int, maximum: int = MAX_RANK) -> int:
     value = data[field]
     # bool is an int subclass; `true` is not a rank.
     if isinstance(value, bool) or not isinstance(value, int):
         raise _bad(field, value, "expected an integer")
     if value < minimum:
         raise _bad(field, value, f"must be >= {minimum}")
+    if value > maximum:
+        raise _bad(field, value, f"must be <= {maximum}")
     return value
 
 
@@ -96,7 +105,7 @@ def _manifest(value) -> tuple[ManifestEntry, ...]:
         if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
             raise _bad(f"{where}.path", path, "expected an absolute path")
         size = item["size"]
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_STEP:
             raise _bad(f"{where}.size", size, "expected an integer >= 0")
         digest = item.get("sha256")
         if digest is not None and (not isinstance(digest, str) or not _SHA256.match(digest)):
@@ -113,7 +122,8 @@ def parse_ack(raw: bytes, expected_job_id, expected_epoch: str, max_bytes: int =
                             why=f"larger than the limit of {max_bytes} bytes")
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        # RecursionError: a few hundred kB of "[[[[..." nests deeper than the parser goes.
         raise BadValueError(what="acknowledgement", value=bytes(raw[:80]),
                             why=f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -148,7 +158,7 @@ def parse_ack(raw: bytes, expected_job_id, expected_epoch: str, max_bytes: int =
     local_size = _int_field(data, "local_size", 1)
     if local_rank >= local_size:
         raise _bad("local_rank", local_rank, f"must be < local_size {local_size}")
-    step = _int_field(data, "step", 0)
+    step = _int_field(data, "step", 0, MAX_STEP)
     written_at = data["written_at"]
     try:
         stamp = datetime.fromisoformat(written_at) if isinstance(written_at, str) else None
@@ -195,7 +205,8 @@ def node_barrier_complete(acks_for_node: Iterable[Ack]) -> bool:
     by_local_rank: dict[int, set[int]] = {}
     for ack in acks:
         by_local_rank.setdefault(ack.local_rank, set()).add(ack.rank)
-    if set(by_local_rank) != set(range(local_size)):
+    # Length first: local_size comes from a rank's file and may be huge.
+    if len(by_local_rank) != local_size or set(by_local_rank) != set(range(local_size)):
         return False
     # Two different global ranks claiming one local rank means the acks do not
     # describe one consistent layout of this node.

@@ -151,7 +151,14 @@ class AckCollector:
             if st.st_size > self.max_bytes:
                 self._reject(name, f"{st.st_size} bytes, larger than the limit of {self.max_bytes}")
                 return None
-            raw = os.read(fd, self.max_bytes + 1)
+            chunks, size = [], 0
+            while size <= self.max_bytes:  # a network filesystem may return short reads
+                chunk = os.read(fd, self.max_bytes + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            raw = b"".join(chunks)
         finally:
             os.close(fd)
         try:

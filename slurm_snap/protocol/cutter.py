@@ -21,10 +21,10 @@ from ..backends.base import Backend, SnapshotRef
 from ..backends.transport import LocalTransport
 from ..errors import SnapError
 
-# One thread per volume up to this many: a 1,000-node set is cut in one round
-# of the backends' latency. The threads start while the ranks checkpoint;
-# each node-local SSH transport holds one connection.
-MAX_WORKERS = 1024
+# Threads cutting at once. They start (and open their SSH connections) while
+# the ranks checkpoint. Measured on 2 CPUs with 1,000 volumes: 256 threads
+# beat 1,024 (fewer GIL hand-offs) although they need four rounds.
+MAX_WORKERS = 256
 
 
 def utcnow() -> dt.datetime:

@@ -7,9 +7,9 @@ app-consistent by one path and crash-consistent by another for the same facts.
 The rules (docs/design.md, PRIOR-ART requirements 2, 3, 7, 8):
   app-consistent  every node of the job completed its barrier (all local ranks
                   acknowledged this epoch) after the request and no later than
-                  the start of every cut that could contain its data, all ranks
-                  acknowledged the same step, every declared volume on every
-                  node was cut, and every manifest file was found in the
+                  the start of every cut that could contain its data, every
+                  declared volume on every node was cut, every acknowledged
+                  file lies in a declared volume and was found in the
                   snapshot with its acknowledged size;
   crash-consistent  every volume was cut but the barrier rule failed (only if
                   the configuration allows; otherwise FAILED), or crash was asked;
@@ -182,9 +182,6 @@ def barrier_problems(*, nodes: Sequence[str], barriers: Mapping[str, NodeBarrier
     if late:
         problems.append(f"barrier completed after a cut began on {_list(sorted(late))}")
         bad_nodes.extend(sorted(late))
-    steps = set().union(*(b.steps for b in barriers.values())) if barriers else set()
-    if len(steps) > 1:
-        problems.append(f"ranks acknowledged different steps ({_list([str(s) for s in sorted(steps)])})")
     return problems, bad_nodes
 
 
@@ -222,10 +219,13 @@ def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
     if not cut_ok:
         manifest_ok = None
 
-    step = None
+    # Ranks that checkpoint independently stop at their own next step; each
+    # rank's checkpoint is still durable and in the set. Whether mixed steps
+    # can be resumed is the application's business: say so, do not downgrade.
     all_steps = set().union(*(b.steps for b in barriers.values())) if barriers else set()
-    if len(all_steps) == 1:
-        step = next(iter(all_steps))
+    step = min(all_steps) if all_steps else None
+    if len(all_steps) > 1:
+        reasons.append(f"note: ranks acknowledged different steps ({_list([str(x) for x in sorted(all_steps)])})")
 
     if wanted == "app":
         problems, bad_nodes = barrier_problems(nodes=nodes, barriers=barriers, parts=parts,

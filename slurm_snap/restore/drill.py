@@ -59,6 +59,7 @@ class Outcome:
     kept: bool = False
     cleanup_errors: list = field(default_factory=list)
     slurm_job_id: int | None = None
+    pending: bool = False   # submitted with --no-wait: no verdict yet
 
 
 @dataclass
@@ -92,7 +93,8 @@ def parse_command(command: str) -> list[str]:
 def parse_selector(text: str) -> tuple[str, int]:
     """`set:ID` -> ("set", ID); `JOB` -> ("job", JOB)."""
     kind, value = ("set", text[4:]) if text.startswith("set:") else ("job", text)
-    if not value.isdigit():
+    # ASCII digits, and a number the inventory can hold (not an OverflowError deep in SQLite).
+    if not (value.isascii() and value.isdigit()) or int(value) > 2**32 - 1:
         raise errors.BadValueError(what="restore-test target", value=text, why="expected a job id or set:ID")
     return kind, int(value)
 
@@ -211,8 +213,10 @@ class Drill:
 
     # -- the drill -------------------------------------------------------------
     def run(self, selector: str, *, command: str | None = None, deadline: float | None = None,
-            target: str | None = None, keep: bool = False, submit: bool = False) -> Outcome:
+            target: str | None = None, keep: bool = False, submit: bool = False, wait: bool = True) -> Outcome:
         plan = self.plan(selector, command=command, deadline=deadline, target=target)
+        if not wait and not submit:
+            raise errors.UsageError("not waiting only makes sense with --submit")
         if submit and self.submitter is None:
             raise errors.ConfigError(path=self.cfg.path, key="restore-test --submit", why="no Slurm submitter")
         self.sweep()
@@ -230,7 +234,7 @@ class Drill:
         outcome = Outcome(set_id=plan.set_id, job_id=plan.job_id, test_id=test_id, passed=False, reason="",
                           namespace=ns, kept=keep)
         try:
-            self._drill(plan, outcome, submit)
+            self._drill(plan, outcome, submit, wait)
         except BaseException as exc:
             # Our setup, the network or an interruption, not the set: close the
             # test, remove the clones, leave the set's state alone.
@@ -238,12 +242,14 @@ class Drill:
                    else f"interrupted: {type(exc).__name__}: {exc}")
             self._abandon(plan, outcome, why)
             raise
+        if outcome.pending:
+            return outcome  # collected later by sweep() (restore-test --collect, or the next drill)
         if not keep:
             outcome.cleanup_errors = nsmod.cleanup_namespace(ns, self._entry_backend(plan.snapshots))
-        self._record(plan, outcome)
+        self._record(plan.set_id, plan.job_id, outcome)
         return outcome
 
-    def _drill(self, plan: Plan, out: Outcome, submit: bool) -> None:
+    def _drill(self, plan: Plan, out: Outcome, submit: bool, wait: bool = True) -> None:
         ns = out.namespace
         marker_dir = nsmod.make_namespace(plan.base, ns, plan.creds.uid, plan.creds.gid)
         marker = os.path.join(marker_dir, nsmod.MARKER_FILE)
@@ -275,10 +281,19 @@ class Drill:
             def submitted(job_id: int) -> None:
                 out.slurm_job_id = job_id
                 state["slurm_job_id"] = job_id
+                state["detached"] = not wait
+                state["deadline"] = plan.deadline
+                state["checkpoint_step"] = plan.checkpoint_step
                 nsmod.write_state(ns, state)
                 with self.inv.session() as repo:
                     repo.set_restore_test_job(out.test_id, job_id)
 
+            if not wait:
+                submitted(self.submitter.submit(argv=plan.argv, env=env, marker_dir=marker_dir, marker_file=marker,
+                                                deadline=plan.deadline, owner=plan.owner, creds=plan.creds,
+                                                job_name=f"slurm-snap-restore-{plan.set_id}"))
+                out.pending = True
+                return
             result = self.submitter.run(argv=plan.argv, env=env, marker_dir=marker_dir, marker_file=marker,
                                         deadline=plan.deadline, owner=plan.owner, creds=plan.creds,
                                         job_name=f"slurm-snap-restore-{plan.set_id}", on_submitted=submitted)
@@ -323,31 +338,31 @@ class Drill:
     def _entry_backend(self, snapshots):
         return nsmod.resolver_for_entries(self.backend_for, {s.id: s for s in snapshots})
 
-    def _record(self, plan: Plan, out: Outcome) -> None:
+    def _record(self, set_id: int, job_id: int, out: Outcome) -> None:
         with self.inv.session() as repo:
             repo.finish_restore_test(out.test_id, passed=out.passed, first_step=out.first_step,
                                      time_to_first_step=out.time_to_first_step, reason=out.reason,
                                      slurm_job_id=out.slurm_job_id)
-            st = repo.get_set(plan.set_id)
+            st = repo.get_set(set_id)
             if st.state not in S.RESTORABLE:
                 # Pruned (or otherwise moved on) while we ran: record the test only.
                 repo.event("restore_test", f"restore test {out.test_id}: set is {st.state} now; state unchanged",
-                           job_id=plan.job_id, set_id=plan.set_id, level="warning")
+                           job_id=job_id, set_id=set_id, level="warning")
             elif out.passed:
                 # verified_at is the latest passing drill; a reason left by an
                 # earlier failed drill no longer applies, any other reason does.
                 reason = "" if st.reason.startswith("restore test ") else st.reason
-                repo.transition(plan.set_id, S.VERIFIED, verified_at=utcnow(), reason=reason)
+                repo.transition(set_id, S.VERIFIED, verified_at=utcnow(), reason=reason)
             else:
                 # A failed drill revokes the verification: RPO must not count this set.
-                repo.transition(plan.set_id, S.FAILED_RESTORE, verified_at=None,
+                repo.transition(set_id, S.FAILED_RESTORE, verified_at=None,
                                 reason=f"restore test {out.test_id}: {out.reason}"[:4000])
-            msg = (f"restore test {out.test_id} of set {plan.set_id}: "
+            msg = (f"restore test {out.test_id} of set {set_id}: "
                    + (f"PASSED, first step {out.first_step} after {out.time_to_first_step:.2f} s"
                       if out.passed else f"FAILED: {out.reason}"))
             if out.cleanup_errors:
                 msg += f"; cleanup left: {'; '.join(out.cleanup_errors)}"
-            repo.event("restore_test", msg, job_id=plan.job_id, set_id=plan.set_id,
+            repo.event("restore_test", msg, job_id=job_id, set_id=set_id,
                        level="info" if out.passed and not out.cleanup_errors else "warning")
 
     def _abandon(self, plan: Plan, out: Outcome, reason: str) -> None:
@@ -374,6 +389,9 @@ class Drill:
         now = utcnow()
         for test_id, set_id, ns, started in running:
             state = nsmod.read_state(ns) if ns else None
+            if state is not None and state.get("detached"):
+                messages += self._collect(test_id, set_id, ns, state, rows[set_id])
+                continue
             if state is not None:
                 if state.get("host") != nsmod.this_host():
                     continue  # another host's drill: only that host can tell whether it lives
@@ -396,6 +414,35 @@ class Drill:
         if include_kept:
             messages += self._sweep_kept()
         return messages
+
+    def _collect(self, test_id: int, set_id: int, ns: str, state: dict, rows) -> list[str]:
+        """Finish a --no-wait drill whose Slurm job has ended: verdict, cleanup, record."""
+        job = int(state["slurm_job_id"])
+        if self.submitter is None:
+            return []
+        try:
+            done, last = self.submitter.finished(job)
+        except errors.SnapError as exc:
+            return [f"restore test {test_id}: cannot ask Slurm about job {job}: {exc}"]
+        deadline = float(state.get("deadline") or self.cfg.timeouts.restore)
+        if not done:
+            started = dt.datetime.fromisoformat(state["started_at"])
+            if (utcnow() - started).total_seconds() < self.submitter.queue_timeout + deadline + 30:
+                return [f"restore test {test_id}: Slurm job {job} is {last}"]
+            self.submitter.cancel(job)
+            result = RunResult(started=last == "RUNNING", timed_out=True,
+                               error=f"deadline: Slurm job {job} did not finish in time (last state {last})")
+        else:
+            result = self.submitter.result(job, os.path.join(ns, nsmod.MARKER_DIR), last)
+        out = Outcome(set_id=set_id, job_id=0, test_id=test_id, passed=False, reason="", namespace=ns,
+                      slurm_job_id=job)
+        out.passed, out.reason = verdict(result, state.get("checkpoint_step"), deadline)
+        out.first_step, out.time_to_first_step = result.first_step, result.time_to_first_step
+        out.cleanup_errors = nsmod.cleanup_namespace(ns, self._entry_backend(rows))
+        with self.inv.session() as repo:
+            out.job_id = repo.get_set(set_id).job_id
+        self._record(set_id, out.job_id, out)
+        return [f"restore test {test_id} of set {set_id}: " + ("PASSED" if out.passed else f"FAILED: {out.reason}")]
 
     def _sweep_kept(self) -> list[str]:
         messages = []

@@ -22,14 +22,13 @@ import stat
 
 from ..backends.base import Backend
 from ..backends.transport import LocalTransport
-from ..errors import BadValueError, BackendError
+from ..errors import BackendError, BadValueError, Unsupported
 from .parts import BackendFor
 
 STATE_FILE = "drill.json"
 ALT_PREFIX = ".slurm-snap-restore-"
 MARKER_DIR = ".marker"
 MARKER_FILE = "first-step"
-BTRFS_ROOT_INODE = 256
 
 
 def namespace_path(base: str, set_id: int, test_id: int) -> str:
@@ -86,9 +85,6 @@ def remove_clone(backend: Backend, path: str, ns: str) -> bool:
     """
     if not _inside(path, ns) or os.path.dirname(path.rstrip("/")) != ns.rstrip("/"):
         raise BadValueError(what="clone path", value=path, why=f"is not directly inside the drill namespace {ns}")
-    delete_clone = getattr(backend, "delete_clone", None)
-    if callable(delete_clone):
-        return bool(delete_clone(path))
     local = isinstance(backend.transport, LocalTransport)
     if local:
         try:
@@ -98,15 +94,10 @@ def remove_clone(backend: Backend, path: str, ns: str) -> bool:
         if stat.S_ISLNK(st.st_mode):
             os.unlink(path)  # never follow it
             return True
-    elif not backend.path_exists(path):
-        return False
-    if backend.name == "btrfs" and backend.inode(path) == BTRFS_ROOT_INODE:
-        # A btrfs clone is a writable subvolume: one ioctl, not a tree walk.
-        backend.run("btrfs", "subvolume", "delete", "--", path)
-        return True
-    if "rm" in backend.tools:
-        backend.run("rm", "-rf", "--", path)
-        return True
+    try:
+        return bool(backend.delete_clone(path))
+    except Unsupported:
+        pass
     if local:
         shutil.rmtree(path)
         return True

@@ -36,6 +36,8 @@ SPEC = "spec.json"
 RESULT = "result.json"
 SCRIPT = "drill.sh"
 FIXED_PATH = "/usr/local/bin:/usr/bin:/bin"
+ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                   "BOOT_FAIL", "DEADLINE"})
 
 
 class SlurmSubmitter:
@@ -89,20 +91,40 @@ class SlurmSubmitter:
                                        stderr=res.stderr.decode(errors="replace").strip() or out or "(no output)")
         return int(m.group(1))
 
-    def job_state(self, job_id: int, owner) -> str | None:
+    def job_state(self, job_id: int, owner=None) -> str | None:
         """The job's state while squeue knows it, else None."""
-        res = self._run([SQUEUE, "-h", "-j", str(job_id), "-o", "%T"], self._slurm_env(owner))
+        env = self._slurm_env(owner) if owner is not None else _root_env()
+        res = self._run([SQUEUE, "-h", "-j", str(job_id), "-o", "%T"], env)
         text = res.stdout.decode(errors="replace").strip()
-        if res.returncode != 0 or not text:
+        if res.returncode != 0:
+            err = res.stderr.decode(errors="replace").strip()
+            if "Invalid job id" in err:
+                return None  # already purged from slurmctld's memory: it ended
+            # slurmctld unreachable is not "the job ended": never turn it into a verdict.
+            raise errors.CommandFailed(argv0="squeue", status=res.returncode, stderr=err or "(no stderr)")
+        if not text:
             return None
         return text.splitlines()[0].strip()
 
     def cancel(self, job_id: int) -> None:
         try:
-            self._run([SCANCEL, str(job_id)], {"PATH": FIXED_PATH, **({"SLURM_CONF": os.environ["SLURM_CONF"]}
-                                                                       if os.environ.get("SLURM_CONF") else {})})
+            self._run([SCANCEL, str(job_id)], _root_env())
         except errors.SnapError:
             pass  # best effort: the job's own --time ends it anyway
+
+    def finished(self, job_id: int, owner=None) -> tuple[bool, str | None]:
+        """(done, last state): done once squeue no longer lists the job or shows it ended."""
+        state = self.job_state(job_id, owner)
+        return (state is None or state in ENDED), state
+
+    def result(self, job_id: int, marker_dir: str, last: str | None) -> RunResult:
+        """What the in-job runner wrote, or a failure saying why there is nothing."""
+        result = _read_result(os.path.join(marker_dir, RESULT))
+        if result is None:
+            tail = _read_tail(os.path.join(marker_dir, f"slurm-{job_id}.out"))
+            return RunResult(started=True, error=f"Slurm job {job_id} ended ({last or 'gone'}) without a result"
+                                                 + (f"; output: {tail}" if tail else ""))
+        return result
 
     def run(self, *, argv, env, marker_dir, marker_file, deadline, owner, creds, job_name,
             on_submitted=None) -> RunResult:
@@ -113,24 +135,27 @@ class SlurmSubmitter:
         end = time.monotonic() + self.queue_timeout + deadline + 30
         last = None
         while time.monotonic() < end:
-            state = self.job_state(job_id, owner)
-            if state is None or state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-                                          "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"):
-                last = state or last
+            try:
+                done, state = self.finished(job_id, owner)
+            except errors.SnapError:
+                done, state = False, None  # slurmctld busy or restarting: ask again
+            last = state or last
+            if done:
                 break
-            last = state
             time.sleep(self.poll)
         else:
             self.cancel(job_id)
             return RunResult(started=last == "RUNNING", timed_out=True,
                              error=f"deadline: Slurm job {job_id} did not finish within "
                                    f"{self.queue_timeout + deadline:g} s (last state {last})")
-        result = _read_result(os.path.join(marker_dir, RESULT))
-        if result is None:
-            tail = _read_tail(os.path.join(marker_dir, f"slurm-{job_id}.out"))
-            return RunResult(started=True, error=f"Slurm job {job_id} ended ({last or 'gone'}) without a result"
-                                                 + (f"; output: {tail}" if tail else ""))
-        return result
+        return self.result(job_id, marker_dir, last)
+
+
+def _root_env() -> dict[str, str]:
+    env = {"PATH": FIXED_PATH, "LANG": "C.UTF-8"}
+    if os.environ.get("SLURM_CONF"):
+        env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+    return env
 
 
 def _q(path: str) -> str:

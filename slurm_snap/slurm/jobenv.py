@@ -11,6 +11,9 @@ from ..errors import BadValueError
 from . import hostlist
 
 SPANK = "SPANK_SLURM_SNAP"
+# Slurm job ids, uids, gids and restart counts are uint32_t: a larger number is
+# not Slurm's and would overflow the inventory's integer columns.
+MAX_ID = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,11 @@ def _int(env, key: str, default: int | None = None) -> int:
         if default is None:
             raise BadValueError(what=f"hook environment variable {key}", value=raw, why="missing")
         return default
-    if not raw.isdigit():
+    # isascii: str.isdigit() also accepts other scripts' digits ("١٢" would read as 12).
+    if not (raw.isascii() and raw.isdigit()):
         raise BadValueError(what=f"hook environment variable {key}", value=raw, why="not a number")
+    if int(raw) > MAX_ID:
+        raise BadValueError(what=f"hook environment variable {key}", value=raw, why=f"larger than {MAX_ID}")
     return int(raw)
 
 

@@ -1,12 +1,15 @@
 """`restore-test --submit` on the dev cluster: the drilled command runs as a Slurm job
-of the job's owner, in a btrfs clone on the shared pfs, and the CLI records the result."""
+of the job's owner, in a btrfs clone on the shared pfs, and the CLI records the result
+(waiting, or later with --collect)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
 import subprocess
 import textwrap
+import time
 
 import pytest
 
@@ -35,13 +38,15 @@ PROGRAM = textwrap.dedent('''
 ''')
 
 
-def test_submit_drill_runs_as_the_owner_under_slurm(cluster, monkeypatch, capsys):
+@contextlib.contextmanager
+def drillable_set(cluster, offset: int):
+    """A pfs (btrfs) job volume owned by the test user, a COMPLETE set of it, the program."""
     cfg_path = cluster.env["SLURM_SNAP_CONFIG"]
     cfg = config_mod.load(cfg_path)
     vc = cfg.volume_class("pfs")
     assert vc is not None and vc.backend == "btrfs", "dev cluster config: pfs must be a btrfs class"
     owner = pwd.getpwnam(cluster.user)
-    job_id = 8_000_000 + os.getpid() % 100_000
+    job_id = 8_000_000 + offset + os.getpid() % 100_000
     live = vc.job_path(None, job_id)
     os.makedirs(os.path.dirname(live), exist_ok=True)
     subprocess.run(["/usr/bin/btrfs", "subvolume", "create", live], check=True, capture_output=True, timeout=60)
@@ -59,7 +64,8 @@ def test_submit_drill_runs_as_the_owner_under_slurm(cluster, monkeypatch, capsys
         inv.upgrade()
         ref = backend.create(live, f"drill-{job_id}")
         with inv.session() as repo:
-            run = repo.record_job_run(job_id=job_id, restart_count=0, user_name=owner.pw_name, uid=owner.pw_uid)
+            run = repo.record_job_run(job_id=job_id, restart_count=0, user_name=owner.pw_name, uid=owner.pw_uid,
+                                      options={"resume_cmd": f"{PYTHON} {program} {seen}"})
             (vol,) = repo.add_volumes(run, [VolumeSpec(path=live, scope="shared", volume_class="pfs",
                                                        backend="btrfs")])
             st, _ = repo.create_set(run, epoch="e1", trigger="manual")
@@ -70,10 +76,20 @@ def test_submit_drill_runs_as_the_owner_under_slurm(cluster, monkeypatch, capsys
                 cut_started_at=st.requested_at, cut_at=st.requested_at)])
             repo.transition(set_id, S.CUT)
             repo.transition(set_id, S.COMPLETE, consistency=S.APP, checkpoint_step=41)
+        yield cfg_path, inv, set_id, seen, owner
+    finally:
+        if ref is not None:
+            backend.delete(ref)
+        subprocess.run(["/usr/bin/btrfs", "subvolume", "delete", live], capture_output=True, timeout=60)
+        inv.dispose()
+        factory.reset_cache()
 
+
+def test_submit_drill_runs_as_the_owner_under_slurm(cluster, monkeypatch, capsys):
+    with drillable_set(cluster, 0) as (cfg_path, inv, set_id, seen, owner):
         monkeypatch.setenv("SLURM_CONF", cluster.slurm_conf)
         code = main(["--config", cfg_path, "restore-test", f"set:{set_id}", "--submit", "--deadline", "120",
-                     "--queue-timeout", "120", "--command", f"{PYTHON} {program} {seen}", "--json"])
+                     "--queue-timeout", "120", "--json"])
         out = json.loads(capsys.readouterr().out)
         assert code == 0, out
         assert out["result"] == "PASSED" and out["first_step"] == 42
@@ -86,9 +102,31 @@ def test_submit_drill_runs_as_the_owner_under_slurm(cluster, monkeypatch, capsys
         # Slurm ran it, as the owner, inside the drill's Slurm job.
         info = json.loads(seen.read_text())
         assert info == {"uid": owner.pw_uid, "slurm_job": str(out["slurm_job_id"])}
-    finally:
-        if ref is not None:
-            backend.delete(ref)
-        subprocess.run(["/usr/bin/btrfs", "subvolume", "delete", live], capture_output=True, timeout=60)
-        inv.dispose()
-        factory.reset_cache()
+
+
+def test_submit_no_wait_then_collect(cluster, monkeypatch, capsys):
+    with drillable_set(cluster, 50_000) as (cfg_path, inv, set_id, seen, owner):
+        monkeypatch.setenv("SLURM_CONF", cluster.slurm_conf)
+        code = main(["--config", cfg_path, "restore-test", f"set:{set_id}", "--submit", "--no-wait",
+                     "--deadline", "120", "--json"])
+        out = json.loads(capsys.readouterr().out)
+        assert code == 0 and out["result"] == "SUBMITTED" and out["slurm_job_id"]
+        with inv.session() as repo:
+            (rt,) = repo.restore_tests(set_id)
+            assert rt.result == "RUNNING" and rt.slurm_job_id == out["slurm_job_id"]
+            assert repo.get_set(set_id).state == S.COMPLETE
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            assert main(["--config", cfg_path, "restore-test", "--collect"]) == 0
+            text = capsys.readouterr().out
+            if f"restore test {rt.id} of set {set_id}: PASSED" in text:
+                break
+            time.sleep(2)
+        else:
+            pytest.fail(f"--collect never recorded restore test {rt.id}: {text}")
+        with inv.session() as repo:
+            (rt,) = repo.restore_tests(set_id)
+            assert (rt.result, rt.first_step) == ("PASSED", 42)
+            assert repo.get_set(set_id).state == S.VERIFIED
+            assert not os.path.exists(rt.target)
+        assert json.loads(seen.read_text())["uid"] == owner.pw_uid

@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from cluster import Cluster, run_group, user_ids
+from cluster import REPO, Cluster, run_group, unavailable, user_ids
 
 pytestmark = pytest.mark.integration
 
@@ -183,3 +184,33 @@ def test_steps_inside_the_job_do_not_rerun_the_check(cluster, conf_with_helper):
     calls = (out / "calls").read_text().splitlines()
     assert len(calls) == 1, calls
     assert "hook validate-options --volumes pfs --consistency app" in calls[0]
+
+
+# --- cli_filter.lua logic, run by a Lua interpreter (the live path is in test_cluster.py) ---
+
+LUA_DRIVER = """
+slurm = {SUCCESS = 0}
+dofile(arg[1])
+local opts = {type = arg[2], signal = arg[3], spank = {["slurm-snap"] = {["snapshot-on-preempt"] = arg[4]}}}
+assert(slurm_cli_pre_submit(opts, 0) == slurm.SUCCESS)
+io.write(opts.signal)
+"""
+
+
+@pytest.mark.parametrize("kind, signal, flag, inside_job, expected", [
+    ("sbatch", "0@0", "set", False, "USR1@60"),        # only --snapshot-on-preempt: signal added
+    ("sbatch", "B:USR2@30", "set", False, "B:USR2@30"),  # the user's own --signal wins
+    ("sbatch", "0@0", "unset", False, "0@0"),          # not opted in: untouched
+    ("salloc", "0@0", "set", False, "USR1@60"),
+    ("srun", "0@0", "set", True, "0@0"),               # a step inside the job: the job has its signal
+    ("srun", "0@0", "set", False, "USR1@60"),          # srun creating its own allocation
+])
+def test_cli_filter_sets_the_signal_only_when_needed(kind, signal, flag, inside_job, expected):
+    lua = shutil.which("lua5.3") or shutil.which("lua5.1") or shutil.which("lua")
+    if lua is None:
+        unavailable("no lua interpreter (scripts/dev-cluster up installs lua5.3)")
+    env = {"PATH": "/usr/bin:/bin", **({"SLURM_JOB_ID": "5"} if inside_job else {})}
+    proc = subprocess.run([lua, "-", str(REPO / "etc" / "cli_filter.lua"), kind, signal, flag], input=LUA_DRIVER,
+                          env=env, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == expected

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import uuid
 
 import pytest
 
@@ -154,7 +155,9 @@ def report_pg_server():
     url = pg_url()
     require(bool(url), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg "
                        "or set SLURM_SNAP_TEST_PG_URL")
-    name = f"slurmsnap_report_{os.getpid()}"
+    # Each test module that imports this fixture gets its own instance: a
+    # random part keeps their databases apart too.
+    name = f"slurmsnap_report_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     try:
         admin = create_engine(url, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
@@ -163,8 +166,11 @@ def report_pg_server():
     except Exception as exc:  # server down
         require(False, f"PostgreSQL at {url} unreachable: {exc}")
     yield make_url(url).set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    except Exception as exc:  # the server was stopped under us: nothing left to drop
+        print(f"could not drop {name}: {exc}")
     admin.dispose()
 
 

@@ -1,0 +1,141 @@
+"""Issue 6 acceptance on the dev cluster: `slurm-snap snapshot JOBID` on a
+running 3-node training job -- one real `scancel --signal`, the real client in
+the ranks, real btrfs subvolumes -- gives an app-consistent set, and training
+goes on after the release."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+BATCH = """#!/bin/bash
+srun /opt/slurm-snap/venv/bin/python {train} --steps 100000 --step-time 0.2 --release-timeout 60
+"""
+
+
+def _inventory(cluster):
+    from slurm_snap.config import load
+    from slurm_snap.inventory.repository import Inventory
+
+    cfg = load(cluster.env["SLURM_SNAP_CONFIG"])
+    return cfg, Inventory.from_config(cfg)
+
+
+def _steps(out: Path) -> int:
+    text = out.read_text() if out.exists() else ""
+    return len(re.findall(r"^step \d+", text, re.M))
+
+
+def _snapshot(cluster, jid: int, *extra: str) -> tuple[int, dict, str]:
+    helper = cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap")
+    proc = subprocess.run([helper, "--config", cluster.env["SLURM_SNAP_CONFIG"], "snapshot", str(jid), "--json",
+                           *extra], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_CONF": cluster.slurm_conf})
+    return proc.returncode, (json.loads(proc.stdout) if proc.stdout.strip() else {}), proc.stderr
+
+
+def test_on_demand_snapshot_of_a_running_training_job(cluster):
+    cfg, inv = _inventory(cluster)
+    train = cluster.write_user_file("train-protocol.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
+    out = cluster.make_user_dir(f"protocol-{time.monotonic_ns()}")
+    jid = cluster.sbatch("-N3", "--ntasks-per-node=1", "-c1", "--snapshot-volumes=scratch,pfs",
+                         "-o", f"{out}/slurm-%j.out", script=BATCH.format(train=train))
+    log = out / f"slurm-{jid}.out"
+    try:
+        cluster.wait_state(jid, "RUNNING", timeout=60)
+        deadline = time.monotonic() + 90
+        while _steps(log) < 9:  # every rank is past its first steps
+            assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
+            time.sleep(0.2)
+
+        rc, res, err = _snapshot(cluster, jid, "--deadline", "30")
+        assert rc == 0, err
+        assert (res["state"], res["consistency"]) == ("COMPLETE", "app-consistent"), res
+        assert res["checkpoint_step"] is not None and res["failed_nodes"] == []
+        with inv.session() as repo:
+            parts = repo.snapshots(res["set_id"])
+            acks = repo.acks(res["set_id"])
+            st = repo.get_set(res["set_id"])
+        assert sorted(a.node for a in acks) == ["n1", "n2", "n3"]
+        assert sorted((p.volume.volume_class, p.node) for p in parts) == \
+            [("pfs", ""), ("scratch", "n1"), ("scratch", "n2"), ("scratch", "n3")]
+        assert st.manifest_ok is True and all(p.manifest_ok for p in parts)
+        pfs = next(p for p in parts if not p.node)
+        for a in acks:  # every acknowledged checkpoint file is in the pfs snapshot
+            for e in a.manifest:
+                rel = os.path.relpath(e["path"], pfs.volume.path)
+                assert os.path.getsize(os.path.join(pfs.path, rel)) == e["size"]
+        assert (Path(cfg.paths.barrier_dir) / str(jid) / "release" / res["epoch"]).exists()
+
+        before = _steps(log)  # released: training goes on
+        deadline = time.monotonic() + 30
+        while _steps(log) < before + 6:
+            assert time.monotonic() < deadline, "training did not continue after the release"
+            time.sleep(0.2)
+
+        rc, res2, err = _snapshot(cluster, jid, "--consistency", "crash")
+        assert rc == 0, err
+        assert (res2["state"], res2["consistency"]) == ("COMPLETE", "crash-consistent")
+        # the other test user may not snapshot this job
+        other = cluster.run([cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap"),
+                             "--config", cluster.env["SLURM_SNAP_CONFIG"], "snapshot", str(jid)],
+                            user=cluster.other_user, timeout=60)
+        assert other.returncode in (4, 9), other.stderr  # 9: the inventory is not readable by users at all
+    finally:
+        cluster.cancel(jid)
+
+
+def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_from_it(cluster):
+    cfg, inv = _inventory(cluster)
+    train = cluster.write_user_file("train-preempt.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
+    out = cluster.make_user_dir(f"protocol-preempt-{time.monotonic_ns()}")
+    jid = cluster.sbatch("-p", "low", "-N3", "--ntasks-per-node=1", "-c1", "--requeue", "--open-mode=append",
+                         "--snapshot-on-preempt", "--snapshot-volumes=scratch,pfs",
+                         "-o", f"{out}/slurm-%j.out", script=BATCH.format(train=train))
+    log = out / f"slurm-{jid}.out"
+    try:
+        cluster.wait_state(jid, "RUNNING", timeout=60)
+        deadline = time.monotonic() + 90
+        while _steps(log) < 9:
+            assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
+            time.sleep(0.2)
+        cluster.preempt()
+
+        def preempt_set():
+            with inv.session() as repo:
+                for st in repo.sets_of_job(jid):
+                    if st.trigger == "preempt" and st.state not in ("PENDING", "QUIESCING", "CUTTING", "CUT"):
+                        return st.id, st.state, st.consistency, st.reason, st.checkpoint_step, st.epoch
+            return None
+
+        deadline = time.monotonic() + 120
+        while (found := preempt_set()) is None:
+            assert time.monotonic() < deadline, f"no finished preemption set; hook log:\n{cluster.hook_log()[-4000:]}"
+            time.sleep(0.5)
+        set_id, state, consistency, reason, step, epoch = found
+        assert (state, consistency) == ("COMPLETE", "app-consistent"), reason
+        assert epoch == "preempt-0" and step is not None
+        # The requeued run's Prolog wrote resume.json; the ranks resume from the snapshot.
+        deadline = time.monotonic() + 120
+        pattern = re.compile(r"^resumed from step (\d+) \((.*)\)$", re.M)
+        while len(pattern.findall(log.read_text() if log.exists() else "")) < 3:
+            assert time.monotonic() < deadline, f"requeued run did not resume:\n{log.read_text()[-3000:]}"
+            time.sleep(0.5)
+        resumed = pattern.findall(log.read_text())
+        with inv.session() as repo:
+            acked = {a.step for a in repo.acks(set_id)}
+        # each rank resumes from its own acknowledged checkpoint, inside the snapshot
+        assert len(resumed) == 3 and {int(s) for s, _ in resumed} <= acked and min(acked) == step
+        assert all("/.snapshots/" in src for _, src in resumed), resumed
+        resume = json.loads((Path(cfg.paths.barrier_dir) / str(jid) / "resume.json").read_text())
+        assert resume["set_id"] == set_id and resume["step"] == step
+    finally:
+        cluster.cancel(jid)
