@@ -66,7 +66,7 @@ def summarize(samples: list[float]) -> dict:
     ms = sorted(s * 1000 for s in samples)
     if not ms:
         return {"n": 0}
-    q = statistics.quantiles(ms, n=10) if len(ms) >= 2 else [ms[0]] * 9
+    q = statistics.quantiles(ms, n=10, method="inclusive") if len(ms) >= 2 else [ms[0]] * 9
     return {"n": len(ms), "median": statistics.median(ms), "p10": q[0], "p90": q[-1], "min": ms[0], "max": ms[-1]}
 
 
@@ -104,19 +104,24 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value:.2f} {unit}" if abs(value) < 10 else f"{value:.1f} {unit}"
 
 
+def relation_text(r: Row) -> str:
+    rel = r.relation
+    if rel is None:
+        return ""
+    if r.compare == "added":
+        return ("+" if rel >= 0 else "-") + fmt(abs(rel), r.unit)
+    if rel >= 0.1 or rel <= 0:
+        return f"x{rel:.2f}"
+    return f"x{rel:.4f} (1/{1 / rel:,.0f})"
+
+
 def print_rows(rows: list[Row]) -> None:
     for r in rows:
-        rel = r.relation
-        if rel is None:
-            relation = "-"
-        elif r.compare == "added":
-            relation = f"{rel:+.2f} {r.unit}"
-        else:
-            relation = f"x{rel:.2f}"
         verdict = {True: "met", False: "MISSED", None: ""}[r.met]
-        print(f"  {r.case:<44} {fmt(r.value, r.unit):>12}  vs {r.ref_name or '-'} {fmt(r.reference, r.unit)}"
-              f"  -> {relation}  {('[' + r.target + ' ' + verdict + ']') if r.target else ''}"
-              f"{('  ' + r.note) if r.note else ''}", flush=True)
+        ref = f"  vs {r.ref_name} {fmt(r.reference, r.unit)} -> {relation_text(r)}" if r.reference is not None else ""
+        target = f"  [{r.target}: {verdict}]" if r.target else ""
+        print(f"  {r.case:<48} {fmt(r.value, r.unit):>11}{ref}{target}{('  (' + r.note + ')') if r.note else ''}",
+              flush=True)
 
 
 def run(argv: list[str], timeout: float = 120, **kw) -> subprocess.CompletedProcess:

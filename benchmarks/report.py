@@ -139,12 +139,15 @@ def main() -> int:
         best_p, rows = min(product(cfg, args) for _ in range(a.repeat))
         best_r = min(raw(path, start, user) for _ in range(a.repeat))
         print(f"{name:<34} {rows:>7} {best_p:>9.3f} {best_r:>10.4f} {best_p / best_r:>7.1f}")
-    if not a.keep and not a.db:
+    os.unlink(cfg)
+    if a.keep and not a.db:
+        print(f"kept {path}")
+        return 0
+    if not a.db:
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(path + suffix):
                 os.unlink(path + suffix)
-        os.unlink(cfg)
-        os.rmdir(tmpdir)
+    os.rmdir(tmpdir)
     return 0
 
 

@@ -13,10 +13,10 @@ die() { printf 'dev-cluster: error: %s\n' "$*" >&2; exit 1; }
 pid_from_file() {
 	local file=$1 name=$2 pid comm
 	[ -r "$file" ] || return 1
-	read -r pid <"$file" || return 1
+	read -r pid 2>/dev/null <"$file" || return 1
 	case $pid in '' | *[!0-9]*) return 1 ;; esac
 	[ -r "/proc/$pid/comm" ] || return 1
-	read -r comm <"/proc/$pid/comm" || return 1
+	read -r comm 2>/dev/null <"/proc/$pid/comm" || return 1
 	[ "$comm" = "$name" ] || return 1
 	printf '%s\n' "$pid"
 }

@@ -1,7 +1,7 @@
 # Installs what the dev cluster needs on a fresh Debian 12. Sourced.
 
 DEV_PACKAGES="slurm-wlm slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
-btrfs-progs xfsprogs openssh-server build-essential lua5.3 sudo"
+btrfs-progs xfsprogs openssh-server build-essential lua5.3 sudo python3 python3-venv"
 VENV=/opt/slurm-snap/venv
 WHEELS=/opt/wheels
 
@@ -40,15 +40,22 @@ project_hash() {
 		LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
 }
 
-# Copies the project to a scratch dir so pip's in-tree build leaves no build/
-# or *.egg-info behind in the developer's work tree.
-pip_install_project() {
-	local tmp rc=0
+# Builds a wheel from a copy of the project (pip's in-tree build would leave
+# build/ and *.egg-info in the developer's work tree), then installs it:
+# first with its extras so new dependencies arrive (a no-op when satisfied),
+# then --force-reinstall --no-deps so the code is replaced even when the
+# version did not change. torch comes from the local wheel house.
+install_project() {
+	local tmp whl rc=0
 	tmp=$(mktemp -d /tmp/slurm-snap-pip.XXXXXX)
 	(cd "$REPO" && cp -a pyproject.toml slurm_snap "$tmp/" && for f in README.md LICENSE; do [ -e "$f" ] && cp -a "$f" "$tmp/"; done; true)
 	find "$tmp" -name __pycache__ -prune -exec rm -rf {} +
-	"$VENV/bin/pip" install --disable-pip-version-check -q --find-links "$WHEELS" "$@" "$tmp" \
-		</dev/null >>"$STATE/log/pip.log" 2>&1 || rc=$?
+	{
+		"$VENV/bin/pip" wheel --disable-pip-version-check -q --no-deps -w "$tmp/dist" "$tmp" &&
+			whl=$(ls "$tmp"/dist/*.whl) &&
+			"$VENV/bin/pip" install --disable-pip-version-check -q --find-links "$WHEELS" "$whl[test,example,postgres]" &&
+			"$VENV/bin/pip" install --disable-pip-version-check -q --no-deps --force-reinstall "$whl"
+	} </dev/null >>"$STATE/log/pip.log" 2>&1 9>&- || rc=$?
 	rm -rf "$tmp"
 	return $rc
 }
@@ -66,20 +73,9 @@ ensure_venv() {
 	[ -r "$VENV/.slurm-snap-installed" ] && have=$(cat "$VENV/.slurm-snap-installed")
 	[ "$want" = "$have" ] && [ -x "$VENV/bin/slurm-snap" ] && return 0
 	log "installing the project into $VENV (log: $STATE/log/pip.log)"
-	if [ -x "$VENV/bin/slurm-snap" ] || "$VENV/bin/python" -c 'import sqlalchemy, click, paramiko, torch' 2>/dev/null; then
-		# Dependencies are there: only the project itself changed.
-		pip_install_project --no-deps --force-reinstall ||
-			pip_install_project ||
-			{ log "warning: pip install of $REPO failed; hooks and option checks will fail until it installs (see $STATE/log/pip.log)"; return 0; }
-	else
-		# Extras in brackets must follow the path: pip_install_project appends it.
-		local tmp rc=0
-		tmp=$(mktemp -d /tmp/slurm-snap-pip.XXXXXX)
-		(cd "$REPO" && cp -a pyproject.toml slurm_snap "$tmp/" && for f in README.md LICENSE; do [ -e "$f" ] && cp -a "$f" "$tmp/"; done; true)
-		"$VENV/bin/pip" install --disable-pip-version-check -q --find-links "$WHEELS" "torch==2.13.0" "$tmp[test,example,postgres]" \
-			</dev/null >>"$STATE/log/pip.log" 2>&1 || rc=$?
-		rm -rf "$tmp"
-		[ $rc -eq 0 ] || { log "warning: pip install of $REPO[test,example,postgres] failed (see $STATE/log/pip.log)"; return 0; }
+	if ! install_project; then
+		log "warning: pip install of $REPO failed; hooks and option checks will fail until it installs (see $STATE/log/pip.log)"
+		return 0
 	fi
 	printf '%s\n' "$want" >"$VENV/.slurm-snap-installed"
 }

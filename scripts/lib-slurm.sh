@@ -285,8 +285,8 @@ leftover_pids() {
 				kids[$value]="${kids[$value]:-} $pid"
 				break
 			fi
-		done <"$d/status" 2>/dev/null || continue
-		read -r comm <"$d/comm" 2>/dev/null || continue
+		done 2>/dev/null <"$d/status" || continue
+		read -r comm 2>/dev/null <"$d/comm" || continue
 		[ "$comm" = slurmstepd ] && refers_to_state "$d" && roots="$roots $pid"
 	done
 	queue=$roots
@@ -304,7 +304,7 @@ leftover_pids() {
 running() {
 	local rest
 	[ -r "/proc/$1/stat" ] || return 1
-	read -r rest <"/proc/$1/stat" 2>/dev/null || return 1
+	read -r rest 2>/dev/null <"/proc/$1/stat" || return 1
 	rest=${rest##*) }
 	[ "${rest%% *}" != Z ]
 }

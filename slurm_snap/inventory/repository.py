@@ -444,8 +444,8 @@ class Repository:
     def report_set_rows(self, f: SetFilter, *, with_parts: bool = True) -> Iterator[Any]:
         """Sets matching `f`, oldest request first, as row mappings.
 
-        Streams in chunks so --json or -a over a long window does not hold every
-        row in memory twice.
+        Fetched in chunks (yield_per) so the driver does not buffer the whole
+        result on top of what the caller keeps.
         """
         cols = [SnapshotSet.id.label("set_id"), SnapshotSet.job_id, JobRun.restart_count,
                 SnapshotSet.user_name, JobRun.partition, JobRun.nodes, SnapshotSet.epoch, SnapshotSet.trigger,

@@ -14,7 +14,7 @@ import concurrent.futures as cf
 import datetime as dt
 import os
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from ..backends.base import Backend, SnapshotRef

@@ -26,7 +26,7 @@ from typing import Sequence
 from ..backends import registry
 from ..backends.base import Backend, Capabilities, SnapshotRef, check_abs_path, check_name
 from ..client.ack import ManifestEntry, ack_filename, build_ack
-from ..errors import NotFound, SnapshotCollision
+from ..errors import BackendError, NotFound, SnapshotCollision
 
 CLAIM = ".volume"
 
@@ -56,7 +56,6 @@ class CopyBackend(Backend):
         if not os.path.isdir(volume):
             raise NotFound(what="volume directory", value=volume)
         if self.options["fail_on"] and self.options["fail_on"] in volume:
-            from ..errors import BackendError
             raise BackendError(backend=self.name, why=f"injected failure for {volume}")
         target = os.path.join(self.snapdir(volume), name)
         if os.path.isdir(target):

@@ -19,7 +19,7 @@ The rules (docs/design.md, PRIOR-ART requirements 2, 3, 7, 8):
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from . import states as S

@@ -66,6 +66,17 @@ def test_filesystems_and_sshd_are_set_up(cluster):
     assert proc.stdout.strip() == "ok", proc.stderr
 
 
+def test_status_lists_daemons_mounts_and_sshd(cluster):
+    proc = run_dev_cluster("status", cluster.state, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    pids = cluster.pids()
+    assert f"slurmctld pid {pids['slurmctld']}" in proc.stdout
+    for node in cluster.nodes:
+        assert f"slurmd {node} pid {pids[f'slurmd-{node}']}" in proc.stdout
+    assert f"sshd pid {pids['sshd']} on 127.0.0.1:{cluster.env['SLURM_SNAP_SSH_PORT']}" in proc.stdout
+    assert f"on {cluster.pfs}" in proc.stdout
+
+
 def test_up_twice_is_harmless(cluster):
     before = cluster.pids()
     proc = run_dev_cluster("up", cluster.state, timeout=300)

@@ -7,7 +7,7 @@ import pytest
 
 from slurm_snap.protocol import states as S
 from slurm_snap.protocol.repair import stale_reason
-from slurm_snap.protocol.verdict import (AckFact, ExpectedPart, PartOutcome, decide, expected_parts,
+from slurm_snap.protocol.verdict import (AckFact, PartOutcome, decide, expected_parts,
                                          node_barriers, skew)
 
 T0 = dt.datetime(2025, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)

@@ -159,7 +159,8 @@ def report_pg_server():
     # random part keeps their databases apart too.
     name = f"slurmsnap_report_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     try:
-        admin = create_engine(url, isolation_level="AUTOCOMMIT")
+        # Through the maintenance database, so no session lingers in the shared one.
+        admin = create_engine(make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
             conn.execute(text(f"CREATE DATABASE {name}"))

@@ -1,0 +1,172 @@
+"""Issue 9, item 7: end to end on the dev cluster, from preemption to the set
+COMPLETE, broken into phases.
+
+The PyTorch example (examples/train.sbatch running examples/train.py, 3 nodes,
+--snapshot-on-preempt --snapshot-volumes=scratch,pfs) is submitted to the low
+partition as the test user; once every rank trains, a job on the high
+partition preempts it. The phases come from what the product recorded, read
+back from the inventory after the set finished, plus slurmctld's log:
+
+  to first ack     preemptor submitted (our clock) -> first rank's ack written_at:
+                   Slurm preempts, signals every rank (USR1, ~13 ms here, docs SLURM-LAB),
+                   the fastest rank reaches a step boundary, checkpoints, fsyncs, acks
+  ack spread       first -> slowest rank's ack
+  grace wait       slowest ack -> Slurm kills the job at the end of GraceTime
+                   (slurmctld.log "preempted JobId=... requeued"; the node Epilog
+                   runs only once every process of the job is gone)
+  teardown+Epilog  kill -> first cut started (job teardown, Epilog starts the helper)
+  cuts             first part's cut_started_at -> last part's cut_at
+  record           last cut -> set finished_at (parts recorded, verdict, COMPLETE)
+The reference is the application's own share (preemption -> slowest ack):
+the rest is Slurm's and slurm-snap's.
+
+    /opt/slurm-snap/venv/bin/python benchmarks/e2e.py --cluster STATE [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+from common import Row, Unavailable  # noqa: E402
+
+SBATCH = os.path.join(common.REPO, "examples", "train.sbatch")
+TRAIN_PY = os.path.join(common.REPO, "examples", "train.py")
+ACTIVE = ("PENDING", "QUIESCING", "CUTTING", "CUT")
+LOG_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] (.*)$")
+
+
+def _steps(path: str) -> int:
+    try:
+        return len(re.findall(r"^step \d+", open(path, errors="replace").read(), re.M))
+    except OSError:
+        return 0
+
+
+def kill_time(log_path: str, offset: int, job_id: int) -> float | None:
+    """When slurmctld requeued the preempted job at the end of its grace time (ms stamps)."""
+    pat = re.compile(rf"preempted JobId={job_id} has been (requeued|killed|cancelled)")
+    with open(log_path, errors="replace") as f:
+        f.seek(offset)
+        for line in f:
+            m = LOG_STAMP.match(line)
+            if m and pat.search(m.group(2)):
+                return dt.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+    return None
+
+
+def run_preemption(state: str, quick: bool) -> tuple[list[Row], dict]:
+    from slurm_snap.config import load
+    from slurm_snap.inventory.repository import Inventory
+
+    cl = common.attach_cluster(state)
+    cfg = load(cl.env["SLURM_SNAP_CONFIG"])
+    inv = Inventory.from_config(cfg)
+    out_dir = cl.make_user_dir(f"bench-e2e-{time.monotonic_ns()}")
+    out = os.path.join(out_dir, "train-%j.out")
+    ctld_log = os.path.join(state, "log", "slurmctld.log")
+    offset = os.path.getsize(ctld_log)
+    jid = cl.sbatch("-p", "low", "-o", out, f"--export=ALL,TRAIN_PY={TRAIN_PY}", SBATCH, cwd=str(out_dir))
+    log = out.replace("%j", str(jid))
+    preemptor = None
+    try:
+        cl.wait_state(jid, "RUNNING", timeout=90)
+        deadline = time.monotonic() + 120
+        while _steps(log) < 9:  # every rank is past its first steps
+            if time.monotonic() > deadline:
+                raise Unavailable(f"training did not start in 120 s: {open(log).read()[-500:] if os.path.exists(log) else 'no output'}")
+            time.sleep(0.2)
+        t_preempt = time.time()
+        preemptor = cl.preempt()
+        found = None
+        deadline = time.monotonic() + 180
+        while found is None:
+            with inv.session() as repo:
+                for st in repo.sets_of_job(jid):
+                    if st.trigger == "preempt" and st.state not in ACTIVE:
+                        found = st.id
+            if found is None:
+                if time.monotonic() > deadline:
+                    raise Unavailable("no finished preemption set within 180 s of preemption; hook log tail: "
+                                      + cl.hook_log()[-600:].replace("\n", " | "))
+                time.sleep(0.2)
+        with inv.session() as repo:
+            st = repo.get_set(found)
+            acks = repo.acks(found)
+            parts = repo.snapshots(found, include_deleted=True)
+            rec = {k: getattr(st, k) for k in ("id", "state", "consistency", "reason", "epoch", "requested_at",
+                                               "signalled_at", "barrier_at", "cut_started_at", "cut_done_at",
+                                               "finished_at", "checkpoint_step")}
+            ack_times = sorted(a.written_at.timestamp() for a in acks)
+            cuts = [(p.cut_started_at.timestamp(), p.cut_at.timestamp(), p.node or "shared") for p in parts]
+        t_kill = kill_time(ctld_log, offset, jid)
+    finally:
+        cl.cancel(jid, *([preemptor] if preemptor else []))
+        inv.dispose()
+    if rec["state"] != "COMPLETE":
+        raise Unavailable(f"preemption set {rec['id']} ended {rec['state']} {rec['consistency']}: {rec['reason'][:300]}")
+    if not ack_times or not cuts:
+        raise Unavailable(f"set {rec['id']} has {len(ack_times)} acks and {len(cuts)} parts recorded")
+    finished = rec["finished_at"].timestamp()
+    first_cut, last_cut = min(c[0] for c in cuts), max(c[1] for c in cuts)
+    first_ack, slowest_ack = ack_times[0], ack_times[-1]
+    phases = {"to first ack (preempt, signal, fastest rank's checkpoint)": first_ack - t_preempt,
+              f"ack spread ({len(ack_times)} ranks)": slowest_ack - first_ack}
+    if t_kill:
+        phases["grace wait (slowest ack -> Slurm kills at GraceTime end)"] = t_kill - slowest_ack
+        phases["teardown + Epilog start (kill -> first cut)"] = first_cut - t_kill
+    else:
+        phases["slowest ack -> first cut (grace, teardown, Epilog)"] = first_cut - slowest_ack
+    phases[f"cuts ({len(cuts)} parts, first start -> last done)"] = last_cut - first_cut
+    phases["record + finalize (last cut -> COMPLETE)"] = finished - last_cut
+    total = finished - t_preempt
+    app = slowest_ack - t_preempt
+    grace = cl.env.get("SLURM_SNAP_GRACE", "?")
+    rows = [Row("e2e", "preemption -> set COMPLETE (3 nodes, PyTorch)", total * 1000, app * 1000, "ms",
+                "preemption -> slowest ack", "added", "", None,
+                f"set {rec['id']} {rec['state']} {rec['consistency']}, step {rec['checkpoint_step']}; "
+                f"GraceTime {grace} s; set reason: {rec['reason'][:160] or '-'}")]
+    for name, seconds in phases.items():
+        rows.append(Row("e2e", f"  {name}", seconds * 1000, None, "ms"))
+    if t_kill:
+        rows.append(Row("e2e", "  preemption -> COMPLETE without the grace wait", (total - (t_kill - slowest_ack)) * 1000,
+                        app * 1000, "ms", "preemption -> slowest ack", "added", "", None,
+                        "what it would be if ranks exited right after a preempt-* ack"))
+    detail = {"set": {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in rec.items()},
+              "acks_written_at": ack_times, "cuts": cuts, "preemptor_submitted": t_preempt,
+              "killed_logged": t_kill, "phases_s": phases}
+    rows[0].extra = detail
+    return rows, detail
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common.standard_args(ap)
+    ap.add_argument("--cluster", metavar="STATE", help="a dev cluster that is up (scripts/dev-cluster up STATE)")
+    args = ap.parse_args(argv)
+    rows, unavailable = [], []
+    print("end to end: preemption -> set COMPLETE (dev cluster)", flush=True)
+    if not args.cluster:
+        unavailable.append(("end to end", "no dev cluster (--cluster STATE)"))
+    else:
+        try:
+            rows, _ = run_preemption(args.cluster, args.quick)
+        except Unavailable as exc:
+            unavailable.append(("end to end", str(exc)))
+        except Exception as exc:  # the protocol or cluster misbehaving is a finding, not a crash
+            unavailable.append(("end to end", f"{type(exc).__name__}: {exc}"))
+    common.print_rows(rows)
+    for case, why in unavailable:
+        print(f"  {case}: not available: {why}")
+    common.write_rows(args.json, rows, unavailable)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

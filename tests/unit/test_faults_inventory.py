@@ -1,0 +1,173 @@
+"""Faults of the inventory: unreachable (bad URL, closed port, missing driver,
+unwritable directory) and locked (another process holds SQLite's exclusive
+lock longer than busy_timeout).
+
+Expected everywhere: InventoryError, exit 9, a message naming the database
+(password redacted); hooks exit 0 under policy open and 1 under closed; what
+was recorded before the fault is intact afterwards, and a rerun of the hook
+(Slurm may run it again) records the job.
+(Already covered: test_hook_policy.py::test_hook_cli_inventory_unreachable_open_exits_0
+for a closed PostgreSQL port under policy open; test_inventory.py::test_unreachable_inventory_is_inventory_error.)
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from slurm_snap import errors
+from slurm_snap.cli import main
+from slurm_snap.inventory.repository import Inventory, VolumeSpec
+
+UNREACHABLE = {
+    # url template -> what the message must contain
+    "closed-port": ("postgresql+psycopg2://snap:s3cret@127.0.0.1:1/none", "127.0.0.1:1"),
+    "no-driver": ("nosuchdb+nodriver://snap:s3cret@127.0.0.1/none", "nosuchdb+nodriver"),
+    "not-a-url": ("just some words", "not a database URL"),
+    "unwritable-dir": ("sqlite:////proc/1/slurm-snap/inventory.db", "/proc/1/slurm-snap"),
+}
+
+
+def write_cfg(tmp_path, url, policy="open", busy=30.0) -> str:
+    p = tmp_path / f"c-{policy}.toml"
+    p.write_text(f"[inventory]\nurl = '{url}'\nbusy_timeout = {busy}\n[hooks]\nfailure_policy = '{policy}'\n"
+                 f"[paths]\nlog_dir = '{tmp_path}/log'\nbarrier_dir = '{tmp_path}/barriers'\n"
+                 f"[timeouts]\nhook_budget = 20\n")
+    return str(p)
+
+
+def hook_env(monkeypatch, job_id=55, volumes=""):
+    for k, v in {"SLURM_JOB_ID": str(job_id), "SLURM_JOB_UID": "0", "SLURM_JOB_GID": "0", "SLURM_JOB_USER": "root",
+                 "SLURMD_NODENAME": "", "SLURM_JOB_NODELIST": "n1,n2", "SPANK_SLURM_SNAP": "1",
+                 "SPANK_SLURM_SNAP_VOLUMES": volumes}.items():
+        monkeypatch.setenv(k, v)
+
+
+def hook_log(tmp_path) -> list[dict]:
+    return [json.loads(x) for x in (tmp_path / "log" / "hooks.log").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("case", sorted(UNREACHABLE))
+def test_unreachable_inventory_cli_exits_9_naming_it(tmp_path, capsys, case):
+    url, named = UNREACHABLE[case]
+    rc = main(["--config", write_cfg(tmp_path, url), "db", "upgrade"])
+    err = capsys.readouterr().err
+    assert rc == errors.INVENTORY, err
+    assert named in err and "s3cret" not in err
+
+
+@pytest.mark.parametrize("policy,status", [("open", 0), ("closed", 1)])
+@pytest.mark.parametrize("case", sorted(UNREACHABLE))
+def test_unreachable_inventory_hook_follows_policy(tmp_path, monkeypatch, capsys, case, policy, status):
+    url, named = UNREACHABLE[case]
+    hook_env(monkeypatch)
+    t0 = time.monotonic()
+    rc = main(["--config", write_cfg(tmp_path, url, policy), "hook", "prolog-slurmctld"])
+    err = capsys.readouterr().err
+    assert rc == status, err
+    assert time.monotonic() - t0 < 15  # connect timeouts, not the hook budget
+    assert f"prolog-slurmctld job 55: inventory" in err and named in err and f"(policy {policy})" in err
+    assert "s3cret" not in err
+    log = hook_log(tmp_path)
+    assert log[-1]["status"] == "failed" and named in log[-1]["message"] and "s3cret" not in json.dumps(log)
+
+
+# ---- locked ---------------------------------------------------------------------------
+LOCKER = """
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
+con.execute("BEGIN EXCLUSIVE")
+con.execute("INSERT INTO event (at, kind, level, message, node) VALUES ('2020-01-01 00:00:00', 'lock', 'info', 'held', '')")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+con.execute("ROLLBACK")
+"""
+
+
+@pytest.fixture
+def locked_db(tmp_path):
+    """A migrated inventory with one job already recorded, and a way to lock it."""
+    url = f"sqlite:///{tmp_path}/inv.db"
+    inv = Inventory(url)
+    inv.upgrade()
+    with inv.session() as repo:
+        run = repo.record_job_run(job_id=10, restart_count=0, user_name="root", uid=0, nodes=["n1"])
+        repo.add_volumes(run, [VolumeSpec(path="/x/jobs/10", scope="shared", volume_class="pfs", backend="btrfs")])
+    inv.dispose()
+    procs = []
+
+    def lock(seconds: float):
+        p = subprocess.Popen([sys.executable, "-c", LOCKER, f"{tmp_path}/inv.db", str(seconds)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(p)
+        assert p.stdout.readline().strip() == "locked", p.stderr.read()
+        return p
+
+    yield url, lock
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def recorded(url) -> tuple[list[int], list[str]]:
+    inv = Inventory(url)
+    try:
+        with inv.session() as repo:
+            jobs = sorted(r.job_id for r in [repo.find_job_run(10), repo.find_job_run(55)] if r is not None)
+            vols = [v.path for r in [repo.find_job_run(10)] for v in repo.volumes(r)]
+            return jobs, vols
+    finally:
+        inv.dispose()
+
+
+@pytest.mark.parametrize("policy,status", [("open", 0), ("closed", 1)])
+def test_locked_inventory_hook_fails_after_busy_timeout_and_nothing_is_lost(tmp_path, monkeypatch, capsys,
+                                                                             locked_db, policy, status):
+    url, lock = locked_db
+    cfg = write_cfg(tmp_path, url, policy, busy=0.5)
+    hook_env(monkeypatch)
+    holder = lock(4.0)
+    t0 = time.monotonic()
+    rc = main(["--config", cfg, "hook", "prolog-slurmctld"])
+    took = time.monotonic() - t0
+    err = capsys.readouterr().err
+    assert rc == status, err
+    assert 0.4 < took < 3.5, took  # waited busy_timeout, not the holder's 4 s
+    assert "database is locked" in err and "inventory sqlite:///" in err
+    holder.wait(10)
+    # nothing recorded before the fault is lost; the holder's uncommitted row is gone
+    assert recorded(url) == ([10], ["/x/jobs/10"])
+    # Slurm runs the hook again (or the next job's hook comes): it records now
+    assert main(["--config", cfg, "hook", "prolog-slurmctld"]) == 0
+    assert recorded(url) == ([10, 55], ["/x/jobs/10"])
+
+
+def test_locked_inventory_snapshot_cli_exits_9(tmp_path, capsys, locked_db):
+    url, lock = locked_db
+    cfg = write_cfg(tmp_path, url, busy=0.5)
+    holder = lock(4.0)
+    rc = main(["--config", cfg, "snapshot", "10", "--consistency", "crash"])
+    err = capsys.readouterr().err
+    assert rc == errors.INVENTORY and "database is locked" in err
+    holder.wait(10)
+    inv = Inventory(url)
+    with inv.session() as repo:
+        assert repo.sets_of_job(10) == []  # no half-made set
+    inv.dispose()
+
+
+def test_lock_shorter_than_busy_timeout_is_waited_out(tmp_path, monkeypatch, capsys, locked_db):
+    url, lock = locked_db
+    cfg = write_cfg(tmp_path, url, busy=10.0)
+    hook_env(monkeypatch)
+    lock(1.0)
+    t0 = time.monotonic()
+    assert main(["--config", cfg, "hook", "prolog-slurmctld"]) == 0
+    assert 0.5 < time.monotonic() - t0 < 8
+    assert recorded(url) == ([10, 55], ["/x/jobs/10"])
+    assert hook_log(tmp_path)[-1]["status"] == "ok"
