@@ -39,6 +39,7 @@ PROLOG_SRC = os.path.join(common.REPO, "prolog", "slurm-snap-prolog")
 OPTED_OUT_TARGET_MS = 5.0     # "within a few ms of empty"
 OPTED_IN_TARGET_MS = 100.0    # "under 100 ms added"
 NODES = ("n1", "n2", "n3")
+IMPORTS = "import slurm_snap.cli, slurm_snap.hooks.jobhooks, slurm_snap.inventory.repository, slurm_snap.backends.btrfs"
 
 
 def install_entry_point(src: str, dest: str, helper: str, config: str) -> str:
@@ -135,12 +136,17 @@ def bench_entry_point(quick: bool) -> list[Row]:
 
         a = common.interleaved({"empty": lambda: call([true], out_env),
                                 "opted-out": lambda: call([prolog], out_env)}, n_out)
-        b = common.interleaved({"empty": lambda: call([true], out_env), "opted-in": opted_in}, n_in, warmup=1)
+        py = os.path.join(os.path.dirname(HELPER), "python")
+        # Where the opted-in time goes: the interpreter, then the imports of the hook path.
+        b = common.interleaved({"empty": lambda: call([true], out_env), "opted-in": opted_in,
+                                "python": lambda: call([py, "-c", "pass"], out_env),
+                                "imports": lambda: call([py, "-c", IMPORTS], out_env)}, n_in, warmup=1)
         verified = verify_opted_in(cfg, mnt, opted_in_runs, top)
     s_empty_a, s_out = common.summarize(a["empty"]), common.summarize(a["opted-out"])
     s_empty_b, s_in = common.summarize(b["empty"]), common.summarize(b["opted-in"])
     added_out = s_out["median"] - s_empty_a["median"]
     added_in = s_in["median"] - s_empty_b["median"]
+    s_py, s_imp = common.summarize(b["python"]), common.summarize(b["imports"])
     return [
         Row("hooks", "Prolog entry point, job not opted in", s_out["median"], s_empty_a["median"], "ms",
             "empty Prolog", "added", f"< {OPTED_OUT_TARGET_MS:g} ms added", added_out < OPTED_OUT_TARGET_MS,
@@ -148,6 +154,10 @@ def bench_entry_point(quick: bool) -> list[Row]:
         Row("hooks", "Prolog entry point, job opted in (btrfs)", s_in["median"], s_empty_b["median"], "ms",
             "empty Prolog", "added", f"< {OPTED_IN_TARGET_MS:g} ms added", added_in < OPTED_IN_TARGET_MS,
             f"median of {s_in['n']}, p90 {s_in['p90']:.0f} ms; {verified}", {"opted_in": s_in, "empty": s_empty_b}),
+        Row("hooks", "  of which: Python interpreter start", s_py["median"], s_empty_b["median"], "ms",
+            "empty Prolog", "added"),
+        Row("hooks", "  of which: + imports of the hook path", s_imp["median"], s_empty_b["median"], "ms",
+            "empty Prolog", "added", note="python -c 'import " + IMPORTS[7:] + "'"),
     ]
 
 

@@ -24,10 +24,10 @@ import signal
 from dataclasses import dataclass, field
 
 from .. import errors
-from ..access import Caller, current_caller, require_owner_or_operator
+from ..access import Caller, current_caller, is_operator, require_owner_or_operator
 from ..protocol import states as S
 from . import namespace as nsmod
-from .guard import check_residency, check_target
+from .guard import check_caller_may_write, check_residency, check_target
 from .parts import BackendFor, backend_resolver, ref_from_row
 from .runner import Credentials, RunResult, run_program
 
@@ -203,6 +203,8 @@ class Drill:
             protected = [p for s in snapshots for p in (s.ref, s.path) if p and p.startswith("/")]
             live = repo.live_volume_paths()
             base = check_target(target or self.cfg.paths.restore_root, live, self.cfg, protected=protected)
+            if target is not None and not is_operator(self.cfg, self.caller):
+                check_caller_may_write(base, self.caller.uid, self.caller.name)
             check_residency(self.cfg, base, snapshots)
             deadline = float(deadline if deadline is not None else self.cfg.timeouts.restore)
             if deadline <= 0:

@@ -11,7 +11,7 @@ import fnmatch
 import os
 from typing import Iterable
 
-from ..errors import BadValueError
+from ..errors import BadValueError, PermissionDenied
 
 
 def _parts(path: str) -> list[str]:
@@ -68,6 +68,36 @@ def check_target(target: str, live: Iterable[tuple[str, int]], cfg, *, protected
             raise BadValueError(what="restore target", value=target,
                                 why=f"{rel} {jobs_tree}, where class {vc.name!r} creates jobs' live volumes")
     return os.path.realpath(target)
+
+
+def check_caller_may_write(target: str, uid: int, name: str) -> None:
+    """A target a non-operator names must be one they could create themselves.
+
+    The drill runs as root: without this, `restore-test --target /etc` through
+    the sudo rule would make root create directories and clones anywhere.
+    Judged on the nearest existing ancestor of the resolved target (symlinks
+    the caller controls are already resolved by check_target).
+    """
+    import pwd
+
+    probe = os.path.realpath(target)
+    while not os.path.lexists(probe) and probe != "/":
+        probe = os.path.dirname(probe)
+    st = os.stat(probe)
+    try:
+        pw = pwd.getpwuid(uid)
+        groups = set(os.getgrouplist(pw.pw_name, pw.pw_gid))
+    except KeyError:
+        groups = set()
+    if st.st_uid == uid:
+        ok = bool(st.st_mode & 0o200)
+    elif st.st_gid in groups:
+        ok = bool(st.st_mode & 0o020)
+    else:
+        ok = bool(st.st_mode & 0o002)
+    if not ok:
+        raise PermissionDenied(why=f"restore target {target!r}: {name} may not write {probe} "
+                                   "(a drill only restores where its caller could write)")
 
 
 def check_residency(cfg, target: str, snapshots) -> None:
