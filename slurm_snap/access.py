@@ -27,7 +27,9 @@ def current_caller(environ=None) -> Caller:
     env = os.environ if environ is None else environ
     uid = os.getuid()
     via_sudo = False
-    if uid == 0 and env.get("SUDO_UID", "").isdigit():
+    raw = env.get("SUDO_UID", "")
+    # ASCII digits only: str.isdigit() also takes other scripts' digits ("١٢" -> 12).
+    if uid == 0 and raw.isascii() and raw.isdigit():
         uid = int(env["SUDO_UID"])
         via_sudo = True
     return Caller(uid=uid, name=user_name(uid), via_sudo=via_sudo)

@@ -33,8 +33,10 @@ def parse_duration(raw: str) -> int | None:
 
 
 def budget_seconds(cfg: Config) -> float:
-    """What one preemption needs inside the grace window: barrier + cut (+ record)."""
-    return cfg.timeouts.barrier + cfg.timeouts.backend_call
+    """What a preemption needs inside the grace window: the ranks' checkpoint
+    and acknowledgement (timeouts.barrier). The cuts run in the node Epilog,
+    after the job's processes are gone, under the hook budget instead."""
+    return cfg.timeouts.barrier
 
 
 def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, str]],
@@ -74,9 +76,14 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
         grace = parse_duration(p.get("GraceTime", "0")) or 0
         name = p.get("PartitionName", "?")
         out.append(Finding(grace >= need,
-                           f"partition {name}: GraceTime {grace} s fits checkpoint + barrier + cut ({need:g} s)",
+                           f"partition {name}: GraceTime {grace} s fits checkpoint + barrier ({need:g} s)",
                            f"raise GraceTime of {name} to at least {int(need) + 1} s, or lower "
-                           f"timeouts.barrier/backend_call in {cfg.path}"))
+                           f"timeouts.barrier in {cfg.path}"))
+    pet = parse_duration(slurm.get("PrologEpilogTimeout", "") or "")
+    if pet:
+        out.append(Finding(cfg.timeouts.hook_budget < pet,
+                           f"hook budget {cfg.timeouts.hook_budget:g} s is under PrologEpilogTimeout {pet} s",
+                           f"lower timeouts.hook_budget in {cfg.path} below {pet} s"))
     return out
 
 

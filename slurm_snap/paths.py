@@ -100,6 +100,9 @@ def resolve(path, roots, *, must_exist: bool = True) -> Resolved:
                 if last and not must_exist:
                     return Resolved(path, root, -1, -1, 0, False)
                 raise PathError(path, f"{'/'.join([root.rstrip('/')] + rel[:i + 1])} does not exist") from None
+            except OSError as exc:
+                # EACCES: the submitting user cannot even look there (another user's 0700 directory).
+                raise PathError(path, f"{'/'.join([root.rstrip('/')] + rel[:i + 1])}: {exc.strerror}") from None
             if stat.S_ISLNK(st.st_mode):
                 raise PathError(path, f"{'/'.join([root.rstrip('/')] + rel[:i + 1])} is a symlink; "
                                       "symlinks below an allowed root are refused")

@@ -14,6 +14,11 @@ from ..slurm.jobenv import MAX_ID
 class Ctx:
     config_path: str | None = None
     verbose: int = 0
+    # Injected by tests only (never from the environment, which anyone sets):
+    # who asks, what time it is, which zone times print in.
+    caller: object = None
+    now: object = None
+    tz: object = None
     _config: object = field(default=None, repr=False)
     _inventory: object = field(default=None, repr=False)
 

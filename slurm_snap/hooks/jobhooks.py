@@ -132,7 +132,7 @@ def epilog(cfg: Config, inv: Inventory, job: JobEnv) -> str:
         return "not preempted"
     from ..protocol import preempt
 
-    result = preempt.epilog_cut(cfg, inv, job)
+    result = preempt.epilog_cut(cfg, inv, job, preempt_time=t)
     return f"preempted at {t}: {result}"
 
 

@@ -588,6 +588,18 @@ class Repository:
         return self.s.scalar(select(JobRun).where(JobRun.job_id == job_id, JobRun.restart_count <= restart_count)
                              .order_by(JobRun.restart_count.desc()).limit(1))
 
+    def open_preempt_run(self, job_id: int, max_restart_count: int) -> JobRun | None:
+        """The newest run (restart_count <= the given one) whose own preemption
+        set, `preempt-<its restart count>`, is still in flight."""
+        rows = self.s.execute(select(JobRun, SnapshotSet.epoch).join(SnapshotSet, SnapshotSet.job_run_id == JobRun.id)
+                              .where(JobRun.job_id == job_id, JobRun.restart_count <= max_restart_count,
+                                     SnapshotSet.trigger == "preempt", SnapshotSet.state.in_(S.ACTIVE))
+                              .order_by(JobRun.restart_count.desc()))
+        for run, epoch in rows:
+            if epoch == f"preempt-{run.restart_count}":
+                return run
+        return None
+
     def record_acks_seen(self, set_id: int, acks: Sequence[tuple[AckRecord, dt.datetime]]) -> int:
         """Insert acknowledgements not yet recorded, each with the time it was
         first seen (the coordinator's clock); one statement for all nodes."""

@@ -67,10 +67,26 @@ def _deadline(cfg, now: dt.datetime) -> dt.datetime:
     return now + dt.timedelta(seconds=cfg.timeouts.hook_budget + cfg.timeouts.barrier)
 
 
-def _open_set(repo, cfg, job, *, preempt_time: dt.datetime | None, now: dt.datetime):
+def _preempted_run(repo, job, preempt_time: dt.datetime | None):
+    """The run that was preempted. Its hooks see SLURM_JOB_RESTART_COUNT
+    already incremented, and a late Epilog may even run after the requeued
+    run's Prolog recorded the next run: a run whose preemption set is still
+    open wins, then a run that existed before the preemption."""
+    run = repo.open_preempt_run(job.job_id, job.restart_count)
+    if run is not None:
+        return run
     run = repo.preempted_run(job.job_id, job.restart_count)
     if run is None:
         raise NotFound(what="job", value=f"{job.job_id}.{job.restart_count}")
+    if preempt_time is not None and run.created_at > preempt_time and run.restart_count > 0:
+        earlier = repo.preempted_run(job.job_id, run.restart_count - 1)
+        if earlier is not None:
+            return earlier
+    return run
+
+
+def _open_set(repo, cfg, job, *, preempt_time: dt.datetime | None, now: dt.datetime):
+    run = _preempted_run(repo, job, preempt_time)
     # Unknown preemption time: the run's start is the honest lower bound for
     # "acknowledged after the request".
     requested = preempt_time or run.created_at

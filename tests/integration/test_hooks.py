@@ -94,7 +94,7 @@ def test_inventory_unreachable_hooks_exit_0_and_node_stays_up(cluster):
 def test_backend_tool_missing_open_then_closed(cluster):
     cfg, inv = _inventory(cluster)
     marker = 'backend = "btrfs"\ndefault = true\n'
-    broken = marker + '[volume_class.options]\ntool_dir = "/nonexistent-tools"\n'
+    broken = marker + 'options = { tool_dir = "/nonexistent-tools" }\n'
     with _config_edit(cluster, marker, broken):
         jid = cluster.sbatch("-N3", "--snapshot-volumes=scratch", "-o", "/dev/null", "--wrap", "srun /bin/true")
         _wait_done(cluster, jid)

@@ -171,3 +171,19 @@ def test_stale_ack_from_before_the_preemption_is_not_trusted(env):
 def test_unknown_job_is_not_found(env):
     with pytest.raises(NotFound):
         preempt.epilog_cut(env.cfg, env.inv, Job(999, 1, "n1", ("n1",)))
+
+
+def test_late_epilog_after_the_requeued_runs_prolog_finishes_the_open_set(env):
+    t_pre = now() - dt.timedelta(seconds=2)
+    ranks_ack_at_preemption(env)
+    set_id = preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre.timestamp())
+    preempt.epilog_cut(env.cfg, env.inv, job(env, "n1"), preempt_time=t_pre.timestamp())
+    with env.inv.session() as repo:  # the requeued run starts before n2's Epilog ran
+        repo.record_job_run(job_id=env.job_id, restart_count=1, user_name="alice", uid=1000, nodes=list(env.nodes))
+    r = preempt.epilog_cut(env.cfg, env.inv, job(env, "n2"), preempt_time=t_pre.timestamp())
+    assert r == f"set {set_id} COMPLETE app-consistent"
+    with env.inv.session() as repo:
+        assert [s.id for s in repo.sets_of_job(env.job_id)] == [set_id]
+    # a duplicate Epilog after completion finds the finished set, not a new run's
+    assert "already COMPLETE" in preempt.epilog_cut(env.cfg, env.inv, job(env, "n2"),
+                                                    preempt_time=t_pre.timestamp())

@@ -1,0 +1,239 @@
+"""Who may act: through the sudo rule (root with SUDO_UID), an unprivileged
+user cannot snapshot, show, report, restore-test or prune another user's
+job, cannot point a restore somewhere they could not write themselves, and
+cannot make root write through a symlink they control. Root's own files
+(inventory, hooks.log, the barrier directory) are not world-readable.
+
+The callers are real accounts when the machine has them (the dev cluster's
+snapuser/snapother), so pwd lookups behave as on a site. Real-uid processes
+(fork + setuid) are in tests/integration/test_security_uids.py.
+(Covered elsewhere: Coordinator with a foreign Caller -- test_protocol_coordinator.py::
+test_only_owner_or_operator_may_snapshot; `repair` operators only -- test_protocol_repair.py;
+report's -u/-a rules -- test_report.py.)
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+
+import pytest
+
+from protocol_fixtures import ROOT, make_env
+from slurm_snap import access, errors
+from slurm_snap.cli import main
+from slurm_snap.protocol import states as S
+from slurm_snap.protocol.coordinator import Coordinator
+
+
+def _account(names, fallback_uid):
+    for n in names:
+        try:
+            pw = pwd.getpwnam(n)
+            return pw.pw_uid, pw.pw_name
+        except KeyError:
+            continue
+    return fallback_uid, str(fallback_uid)
+
+
+OWNER_UID, OWNER = _account(["snapuser", "nobody"], 65534)
+OTHER_UID, OTHER = _account(["snapother", "daemon"], 1)
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    """A job of OWNER with one COMPLETE crash-consistent set, as root ran it."""
+    env = make_env(tmp_path, user=OWNER, uid=OWNER_UID)
+    out = Coordinator(env.cfg, env.inv, caller=ROOT).snapshot(env.job_id, consistency="crash")
+    assert out.state == S.COMPLETE
+    env.set_id = out.set_id
+    monkeypatch.delenv("SUDO_UID", raising=False)
+    return env
+
+
+def as_user(monkeypatch, uid):
+    monkeypatch.setenv("SUDO_UID", str(uid))
+
+
+def state_of(env):
+    with env.inv.session() as repo:
+        return [(s.id, s.state) for s in repo.sets_of_job(env.job_id)]
+
+
+COMMANDS = {
+    "snapshot": lambda e: ["snapshot", str(e.job_id), "--consistency", "crash"],
+    "show-job": lambda e: ["show", str(e.job_id)],
+    "show-set": lambda e: ["show", f"set:{e.set_id}"],
+    "show-json": lambda e: ["show", "--json", "--set", str(e.set_id)],
+    "report-job": lambda e: ["report", "-j", str(e.job_id)],
+    "report-user": lambda e: ["report", "-u", OWNER, "-S", "2000-01-01"],
+    "report-all": lambda e: ["report", "-a"],
+    "restore-test-job": lambda e: ["restore-test", str(e.job_id), "--command", "/bin/true"],
+    "restore-test-set": lambda e: ["restore-test", f"set:{e.set_id}", "--command", "/bin/true"],
+    "restore-test-cleanup": lambda e: ["restore-test", "--cleanup"],
+    "prune-user": lambda e: ["prune", "--user", OWNER, "--keep-last", "0", "--keep-within", "1s", "--apply"],
+    "repair": lambda e: ["repair"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_other_user_is_refused_with_exit_4(world, monkeypatch, capsys, name):
+    before = state_of(world)
+    as_user(monkeypatch, OTHER_UID)
+    rc = main(["--config", world.cfg.path, *COMMANDS[name](world)])
+    err = capsys.readouterr().err
+    assert rc == errors.PERMISSION, err
+    assert "permission denied" in err
+    assert (OTHER in err) if name != "restore-test-cleanup" else ("operators only" in err)
+    assert state_of(world) == before  # no set created, labelled or deleted
+    restore_root = os.path.join(world.tmp, "restore")
+    assert not os.path.isdir(restore_root) or os.listdir(restore_root) == []
+
+
+def test_prune_of_a_job_by_another_user_touches_only_their_own_sets(world, monkeypatch, capsys):
+    """prune scopes a non-operator to their own sets: another's job is simply not selected."""
+    before = state_of(world)
+    as_user(monkeypatch, OTHER_UID)
+    rc = main(["--config", world.cfg.path, "prune", "--job", str(world.job_id), "--keep-within", "1s", "--apply"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "deleted 0 set(s)" in out
+    assert state_of(world) == before
+
+
+@pytest.mark.parametrize("name", ["show-job", "show-set", "report-job", "report-user"])
+def test_the_owner_through_sudo_may(world, monkeypatch, capsys, name):
+    as_user(monkeypatch, OWNER_UID)
+    rc = main(["--config", world.cfg.path, *COMMANDS[name](world)])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert str(world.job_id) in cap.out
+
+
+def test_sudo_uid_of_root_is_still_an_operator(world, monkeypatch, capsys):
+    as_user(monkeypatch, 0)
+    assert main(["--config", world.cfg.path, "show", f"set:{world.set_id}"]) == 0
+    assert access.current_caller().via_sudo and access.is_operator(world.cfg, access.current_caller())
+
+
+@pytest.mark.parametrize("value", ["abc", "", "-1", "1 2", "١٢"])
+def test_garbage_sudo_uid_never_names_someone_else(monkeypatch, value):
+    """Only sudo sets SUDO_UID for root; garbage in it is ignored (root stays root), never parsed loosely."""
+    monkeypatch.setenv("SUDO_UID", value)
+    c = access.current_caller()
+    assert (c.uid, c.via_sudo) == (os.getuid(), False)
+
+
+# ---- restore targets --------------------------------------------------------------------
+@pytest.fixture
+def owner_dir(world):
+    d = os.path.join(world.tmp, "home-owner")
+    os.mkdir(d, 0o755)
+    os.chown(d, OWNER_UID, OWNER_UID)
+    return d
+
+
+@pytest.mark.parametrize("target", ["/etc", "/root", "/var/lib", "{tmp}/rootonly/sub/dir"])
+def test_owner_cannot_restore_where_they_could_not_write(world, owner_dir, monkeypatch, capsys, target):
+    target = target.format(tmp=world.tmp)
+    if "rootonly" in target:
+        os.makedirs(os.path.join(world.tmp, "rootonly"), mode=0o755)
+    before = sorted(os.listdir(os.path.dirname(target))) if os.path.isdir(os.path.dirname(target)) else None
+    as_user(monkeypatch, OWNER_UID)
+    rc = main(["--config", world.cfg.path, "restore-test", str(world.job_id), "--command", "/bin/true",
+               "--target", target])
+    err = capsys.readouterr().err
+    assert rc == errors.PERMISSION, err
+    assert repr(target) in err and f"{OWNER} may not write" in err
+    if before is not None:
+        assert sorted(os.listdir(os.path.dirname(target))) == before
+    with world.inv.session() as repo:
+        assert repo.restore_tests(world.set_id) == []
+
+
+def test_owner_symlink_to_a_root_directory_is_resolved_and_refused(world, owner_dir, monkeypatch, capsys):
+    """The user controls the link; root must judge (and would write) its target, /root."""
+    link = os.path.join(owner_dir, "out")
+    os.symlink("/root", link)
+    os.lchown(link, OWNER_UID, OWNER_UID)
+    as_user(monkeypatch, OWNER_UID)
+    rc = main(["--config", world.cfg.path, "restore-test", str(world.job_id), "--command", "/bin/true",
+               "--target", link])
+    err = capsys.readouterr().err
+    assert rc == errors.PERMISSION and "may not write /root" in err
+    assert not any(n.startswith(f"{world.set_id}-") for n in os.listdir("/root"))
+
+
+def test_owner_may_restore_into_their_own_directory(world, owner_dir):
+    from slurm_snap.restore.drill import Drill
+    caller = access.Caller(uid=OWNER_UID, name=OWNER, via_sudo=True)
+    plan = Drill(world.cfg, world.inv, caller=caller).plan(str(world.job_id), command="/bin/true",
+                                                           target=owner_dir)
+    assert plan.base == os.path.realpath(owner_dir) and plan.set_id == world.set_id
+
+
+def test_operator_may_restore_anywhere_not_live(world, tmp_path):
+    from slurm_snap.restore.drill import Drill
+    d = tmp_path / "ops-restore"
+    d.mkdir(mode=0o700)
+    plan = Drill(world.cfg, world.inv, caller=ROOT).plan(str(world.job_id), command="/bin/true", target=str(d))
+    assert plan.base == str(d)
+
+
+# ---- root's files are not world-readable ----------------------------------------------------
+def test_inventory_files_and_logs_are_private(tmp_path, monkeypatch):
+    env = make_env(tmp_path, user=OWNER, uid=OWNER_UID)
+    out = Coordinator(env.cfg, env.inv, caller=ROOT).snapshot(env.job_id, consistency="crash")
+    assert out.state == S.COMPLETE
+    db = os.path.join(env.tmp, "inventory.db")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(db + suffix):
+            mode = stat.S_IMODE(os.stat(db + suffix).st_mode)
+            assert mode & 0o077 == 0, f"{db + suffix} is {oct(mode)}"
+    assert os.path.exists(db + "-wal")
+    # a hook's log
+    from slurm_snap.hooks.policy import run_hook
+    run_hook("prolog", lambda: "ok", cfg=env.cfg, job_id=1)
+    log = os.path.join(env.cfg.paths.log_dir, "hooks.log")
+    assert stat.S_IMODE(os.stat(log).st_mode) & 0o007 == 0
+    assert stat.S_IMODE(os.stat(env.cfg.paths.log_dir).st_mode) & 0o007 == 0
+
+
+def test_inventory_created_by_root_under_a_permissive_umask_is_still_0600(tmp_path):
+    from slurm_snap.inventory.repository import Inventory
+    old = os.umask(0)
+    try:
+        inv = Inventory(f"sqlite:///{tmp_path}/new/inv.db")
+        inv.upgrade()
+        with inv.session() as repo:
+            repo.event("x", "y")
+        inv.dispose()
+    finally:
+        os.umask(old)
+    for name in os.listdir(tmp_path / "new"):
+        mode = stat.S_IMODE(os.stat(tmp_path / "new" / name).st_mode)
+        assert mode & 0o077 == 0, f"{name} is {oct(mode)}"
+    assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) & 0o007 == 0
+
+
+def test_barrier_directory_layout_from_the_prolog(tmp_path):
+    from slurm_snap.hooks import barrierdir
+    jd = barrierdir.prepare(str(tmp_path / "b"), 9, OWNER_UID, OWNER_UID)
+    st_job, st_ack, st_rel = (os.stat(os.path.join(jd, x)) for x in ("", "ack", "release"))
+    assert (st_job.st_uid, stat.S_IMODE(st_job.st_mode)) == (0, 0o750)
+    assert (st_ack.st_uid, stat.S_IMODE(st_ack.st_mode)) == (OWNER_UID, 0o700)
+    assert (st_rel.st_uid, stat.S_IMODE(st_rel.st_mode)) == (0, 0o750)
+
+
+def test_prolog_refuses_a_barrier_entry_the_user_replaced_with_a_link(tmp_path):
+    """If a job dir entry were a symlink (e.g. left by an earlier job of a reused id), root must not chown through it."""
+    from slurm_snap.hooks import barrierdir
+    base = tmp_path / "b"
+    base.mkdir()
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o755)
+    os.symlink(victim, base / "9")
+    with pytest.raises(errors.PathError) as ei:
+        barrierdir.prepare(str(base), 9, OWNER_UID, OWNER_UID)
+    assert str(base / "9") in str(ei.value) and "refusing to follow" in str(ei.value)
+    st = os.stat(victim)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
