@@ -28,6 +28,7 @@ import argparse
 import datetime as dt
 import os
 import re
+import statistics
 import sys
 import time
 
@@ -61,7 +62,7 @@ def kill_time(log_path: str, offset: int, job_id: int) -> float | None:
     return None
 
 
-def run_preemption(state: str, quick: bool) -> tuple[list[Row], dict]:
+def run_preemption(state: str) -> dict:
     from slurm_snap.config import load
     from slurm_snap.inventory.repository import Inventory
 
@@ -127,28 +128,46 @@ def run_preemption(state: str, quick: bool) -> tuple[list[Row], dict]:
     phases["record + finalize (last cut -> COMPLETE)"] = finished - last_cut
     total = finished - t_preempt
     app = slowest_ack - t_preempt
-    grace = cl.env.get("SLURM_SNAP_GRACE", "?")
-    rows = [Row("e2e", "preemption -> set COMPLETE (3 nodes, PyTorch)", total * 1000, app * 1000, "ms",
-                "preemption -> slowest ack", "added", "", None,
-                f"set {rec['id']} {rec['state']} {rec['consistency']}, step {rec['checkpoint_step']}; "
-                f"GraceTime {grace} s; set reason: {rec['reason'][:160] or '-'}")]
-    for name, seconds in phases.items():
-        rows.append(Row("e2e", f"  {name}", seconds * 1000, None, "ms"))
-    if t_kill:
-        rows.append(Row("e2e", "  preemption -> COMPLETE without the grace wait", (total - (t_kill - slowest_ack)) * 1000,
-                        app * 1000, "ms", "preemption -> slowest ack", "added", "", None,
-                        "what it would be if ranks exited right after a preempt-* ack"))
     detail = {"set": {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in rec.items()},
               "acks_written_at": ack_times, "cuts": cuts, "preemptor_submitted": t_preempt,
-              "killed_logged": t_kill, "phases_s": phases}
-    rows[0].extra = detail
-    return rows, detail
+              "killed_logged": t_kill, "phases_s": phases, "total_s": total, "app_s": app,
+              "no_grace_s": total - (t_kill - slowest_ack) if t_kill else None,
+              "grace": cl.env.get("SLURM_SNAP_GRACE", "?")}
+    # The nodes must be free before the next run: the preemptor is /bin/true.
+    if preemptor:
+        cl.wait_state(preemptor, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=120)
+    cl.wait_state(jid, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=120)
+    return detail
+
+
+def rows_from(runs: list[dict]) -> list[Row]:
+    """Medians over the runs, phase by phase (each phase's own median)."""
+    med = lambda xs: statistics.median(xs) * 1000  # noqa: E731
+    last = runs[-1]
+    total, app = med([r["total_s"] for r in runs]), med([r["app_s"] for r in runs])
+    states = sorted({f"{r['set']['state']} {r['set']['consistency']}" for r in runs})
+    reasons = sorted({r["set"]["reason"][:160] for r in runs if r["set"]["reason"]})
+    rows = [Row("e2e", "preemption -> set COMPLETE (3 nodes, PyTorch)", total, app, "ms",
+                "preemption -> slowest ack", "added", "", None,
+                f"median of {len(runs)} preemptions; sets {', '.join(states)}; GraceTime {last['grace']} s"
+                + (f"; set reason: {' / '.join(reasons)}" if reasons else ""), {"runs": runs})]
+    for name in last["phases_s"]:
+        values = [r["phases_s"][name] for r in runs if name in r["phases_s"]]
+        rows.append(Row("e2e", f"  {name}", med(values), None, "ms",
+                        note=f"runs: {', '.join(f'{v * 1000:.0f}' for v in values)} ms"))
+    no_grace = [r["no_grace_s"] for r in runs if r["no_grace_s"] is not None]
+    if no_grace:
+        rows.append(Row("e2e", "  preemption -> COMPLETE without the grace wait", med(no_grace), app, "ms",
+                        "preemption -> slowest ack", "added", "", None,
+                        "what it would be if ranks exited right after a preempt-* ack"))
+    return rows
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.standard_args(ap)
     ap.add_argument("--cluster", metavar="STATE", help="a dev cluster that is up (scripts/dev-cluster up STATE)")
+    ap.add_argument("--runs", type=int, help="preemptions to measure (default 3; --quick 1)")
     args = ap.parse_args(argv)
     rows, unavailable = [], []
     print("end to end: preemption -> set COMPLETE (dev cluster)", flush=True)
@@ -156,7 +175,12 @@ def main(argv=None) -> int:
         unavailable.append(("end to end", "no dev cluster (--cluster STATE)"))
     else:
         try:
-            rows, _ = run_preemption(args.cluster, args.quick)
+            runs = []
+            for i in range(args.runs or (1 if args.quick else 3)):
+                runs.append(run_preemption(args.cluster))
+                print(f"  run {i + 1}: {runs[-1]['total_s']:.1f} s, set {runs[-1]['set']['id']} "
+                      f"{runs[-1]['set']['state']}", flush=True)
+            rows = rows_from(runs)
         except Unavailable as exc:
             unavailable.append(("end to end", str(exc)))
         except Exception as exc:  # the protocol or cluster misbehaving is a finding, not a crash

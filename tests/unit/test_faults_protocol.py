@@ -284,7 +284,7 @@ def test_requeue_while_the_preempted_set_is_still_cutting(tmp_path, capsys):
     rc = main(["--config", env.cfg.path, "snapshot", str(env.job_id), "--consistency", "crash"])
     err = capsys.readouterr().err
     assert rc == errors.CONFLICT and f"snapshot set {set_id} (preempt, CUTTING" in err
-    # repair (the set's deadline passes) labels it honestly; the parts already cut stay recorded
+    # if n2's Epilog never comes, repair (the set's deadline passes) labels it honestly; the parts already cut stay recorded
     later = lambda: now() + dt.timedelta(hours=1)  # noqa: E731
     (a,) = repair(env.cfg, env.inv, clock=later)
     st, parts, acks, _e = load(env, set_id)
@@ -293,9 +293,6 @@ def test_requeue_while_the_preempted_set_is_still_cutting(tmp_path, capsys):
     assert sorted((p.node, p.state) for p in parts) == [("", "CUT"), ("n1", "CUT")] and len(acks) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (reported): once the requeued run is recorded, a late Epilog of "
-                   "the preempted run opens a new set on the new run (preempted_run picks the newest run "
-                   "with restart_count <= SLURM_JOB_RESTART_COUNT) instead of finishing the open one")
 def test_late_epilog_after_requeue_finishes_the_preempted_runs_set(tmp_path):
     env = make_env(tmp_path, nodes=("n1", "n2"))
     set_id, t_pre = _preempted_then_requeued(env)
