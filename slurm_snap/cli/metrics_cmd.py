@@ -24,7 +24,7 @@ def command(ctx, textfile, job_window):
     if not access.is_operator(ctx.config, caller):
         raise PermissionDenied(why=f"metrics cover every user's jobs; {caller.name} is not an operator")
     since = parse_time(job_window, now=now, tz=tz, what="job window (--job-window)")
-    with ctx.inventory.session() as repo:
+    with ctx.inventory.session(readonly=True) as repo:
         text = collect(repo, now=now, jobs_since=since)
     if textfile:
         write_textfile(textfile, text)

@@ -61,7 +61,7 @@ def command(ctx, jobs, users, all_users, start, end, states, fmt, helpformat, pa
     caller, now, tz = caller_and_clock(ctx)
     env = Env(now=now, tz=tz)
     sel = Selection(jobs=jobs, users=users, start=start, end=end, states=states, all_users=all_users)
-    with ctx.inventory.session() as repo:
+    with ctx.inventory.session(readonly=True) as repo:
         f = build_filter(sel, cfg=ctx.config, caller=caller, repo=repo, now=now, tz=tz)
         need_snaps = as_json or snapshots or any(fd.column.needs_snaps for fd in fields)
         rows = load_rows(repo, f, need_snaps=need_snaps and not by_user)

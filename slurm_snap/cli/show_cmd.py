@@ -44,7 +44,7 @@ def command(ctx, target, set_id, as_json):
 
     kind, ident, restart = parse_target(target, set_id)
     caller, _now, tz = caller_and_clock(ctx)
-    with ctx.inventory.session() as repo:
+    with ctx.inventory.session(readonly=True) as repo:
         if kind == "job":
             newest = repo.report_newest_set(ident, restart)
             if newest is None:

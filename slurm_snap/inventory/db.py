@@ -110,9 +110,14 @@ def _sqlite_engine(url: str, database: str, busy_timeout: float, create_dirs: bo
 
     @event.listens_for(engine, "begin")
     def _begin(conn):
-        # Take the write lock up front: a deferred transaction that upgrades
-        # from read to write fails with "database is locked" instead of waiting.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Writers take the write lock up front: a deferred transaction that
+        # upgrades from read to write fails with "database is locked" instead
+        # of waiting. Readers (report, show) stay deferred so WAL lets them
+        # run beside a writer.
+        if conn.get_execution_options().get("slurm_snap_readonly"):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 

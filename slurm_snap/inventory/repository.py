@@ -661,6 +661,7 @@ class Inventory:
         self.url = url
         self.engine = db.make_engine(url, busy_timeout=busy_timeout)
         self._factory = db.session_factory(self.engine)
+        self._read_factory = db.session_factory(self.engine.execution_options(slurm_snap_readonly=True))
 
     @classmethod
     def from_config(cls, cfg) -> "Inventory":
@@ -670,9 +671,12 @@ class Inventory:
         return db.upgrade(self.engine)
 
     @contextlib.contextmanager
-    def session(self) -> Iterator[Repository]:
+    def session(self, *, readonly: bool = False) -> Iterator[Repository]:
+        """One transaction. `readonly` sessions never wait behind a writer on
+        SQLite (WAL readers see the last committed state)."""
+        factory = self._read_factory if readonly else self._factory
         try:
-            with self._factory() as session, session.begin():
+            with factory() as session, session.begin():
                 yield Repository(session)
         except OperationalError as exc:
             raise InventoryError(url=db._redact(self.url), why=str(exc.orig).strip().splitlines()[0]) from None

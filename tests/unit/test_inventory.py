@@ -197,3 +197,25 @@ def test_db_upgrade_cli(tmp_path, write_config, capsys):
     from slurm_snap.inventory.db import head_revision
     assert f"revision {head_revision()}" in capsys.readouterr().out
     assert main(["--config", path, "db", "status"]) == 0
+
+
+def test_readonly_session_does_not_wait_behind_a_writer(tmp_path):
+    """report/show read beside a writer holding the lock (SQLite WAL)."""
+    import time as _time
+
+    inv = Inventory(f"sqlite:///{tmp_path}/inv.db", busy_timeout=0.5)
+    inv.upgrade()
+    with inv.session() as repo:
+        _job(repo)
+    other = Inventory(inv.url, busy_timeout=0.5)
+    with other.session() as writer:  # holds BEGIN IMMEDIATE until the block ends
+        writer.event("x", "holding the write lock")
+        t0 = _time.monotonic()
+        with inv.session(readonly=True) as reader:
+            assert reader.job_run(100).user_name == "alice"
+        assert _time.monotonic() - t0 < 0.4
+        with pytest.raises(errors.InventoryError, match="locked"):
+            with inv.session() as blocked_writer:
+                blocked_writer.event("y", "must wait and give up")
+    other.dispose()
+    inv.dispose()
