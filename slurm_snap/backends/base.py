@@ -221,6 +221,15 @@ class Backend(abc.ABC):
         """
         raise errors.Unsupported(backend=self.name, verb="clone")
 
+    def check_clone_target(self, ref: SnapshotRef, target: str) -> str:
+        """What every clone() checks first: a fresh absolute target, an existing snapshot."""
+        target = check_abs_path("clone target", target)
+        if self.path_exists(target):
+            raise errors.AlreadyExists(what="clone target", value=target)
+        if not self.exists(ref):
+            raise errors.NotFound(what="snapshot", value=ref.ref)
+        return target
+
     def delete_clone(self, path: str) -> bool:
         """Remove a writable clone made by clone(). MUST return False if it is
         already gone, and MUST NOT follow a symlink at `path`. The caller has

@@ -144,10 +144,6 @@ class BtrfsBackend(Backend):
         return path
 
     def clone(self, ref: SnapshotRef, target: str) -> str:
-        target = check_abs_path("clone target", target)
-        if self.path_exists(target):
-            raise errors.AlreadyExists(what="clone target", value=target)
-        if not self.exists(ref):
-            raise errors.NotFound(what="snapshot", value=ref.ref)
+        target = self.check_clone_target(ref, target)
         self.run("btrfs", "subvolume", "snapshot", "--", ref.ref, target)
         return target

@@ -69,11 +69,7 @@ class CephfsBackend(Backend):
         return True
 
     def clone(self, ref: SnapshotRef, target: str) -> str:
-        target = check_abs_path("clone target", target)
-        if self.path_exists(target):
-            raise errors.AlreadyExists(what="clone target", value=target)
-        if not self.exists(ref):
-            raise errors.NotFound(what="snapshot", value=ref.ref)
+        target = self.check_clone_target(ref, target)
         self.run("cp", "-a", "--", self._snap_path(ref), target)
         self.run("chmod", "-R", "u+w", "--", target)  # snapshot files carry their read-only modes
         return target

@@ -160,11 +160,7 @@ class ReflinkBackend(Backend):
         return True
 
     def clone(self, ref: SnapshotRef, target: str) -> str:
-        target = check_abs_path("clone target", target)
-        if self.path_exists(target):
-            raise errors.AlreadyExists(what="clone target", value=target)
-        if not self.exists(ref):
-            raise errors.NotFound(what="snapshot", value=ref.ref)
+        target = self.check_clone_target(ref, target)
         self.run("cp", "-a", "--reflink=always", "--", ref.ref, target)
         # cp -a keeps mode bits but not the immutable flag; make the owner able to write.
         if self.options["seal"] == "mode":

@@ -349,22 +349,7 @@ class Repository:
     # ---- report queries -------------------------------------------------------
     def query_sets(self, f: SetFilter) -> list[SnapshotSet]:
         q = select(SnapshotSet).join(JobRun)
-        conds = []
-        if f.job_ids or f.job_runs:
-            alts = []
-            if f.job_ids:
-                alts.append(SnapshotSet.job_id.in_(list(f.job_ids)))
-            for jid, rc in f.job_runs:
-                alts.append(and_(SnapshotSet.job_id == jid, JobRun.restart_count == rc))
-            conds.append(or_(*alts))
-        if f.users:
-            conds.append(SnapshotSet.user_name.in_(list(f.users)))
-        if f.states:
-            conds.append(SnapshotSet.state.in_(list(f.states)))
-        if f.start is not None:
-            conds.append(SnapshotSet.requested_at >= f.start)
-        if f.end is not None:
-            conds.append(SnapshotSet.requested_at <= f.end)
+        conds = _set_filter_conds(f)
         q = q.where(*conds).order_by(SnapshotSet.requested_at, SnapshotSet.id)
         if f.limit:
             q = q.limit(f.limit)
