@@ -330,7 +330,8 @@ def part_row(r, clock) -> dict:
                 ref=(r.ref.ref if r.ref else ""), path=(r.ref.path or "") if r.ref else "",
                 node=v.node, state="CUT" if r.ok else "MISSING",
                 cut_started_at=r.cut_started_at or now, cut_at=r.cut_at or now,
-                site=v.site, region=v.region, manifest_ok=r.manifest_ok if r.ok else None,
+                site=v.site, region=v.region, shared_key=r.shared_key,
+                manifest_ok=r.manifest_ok if r.ok else None,
                 error=(r.manifest_why if r.ok else r.error)[:2000])
 
 

@@ -74,6 +74,7 @@ class CutResult:
     manifest_ok: bool | None = None
     manifest_why: str = ""
     error: str = ""
+    shared_key: str = ""
 
 
 def _under(path: str, root: str) -> str | None:
@@ -165,6 +166,17 @@ def _sizes(backend: Backend, paths: list[str]) -> list[int | None]:
     return out
 
 
+# Sets whose whole-filesystem snapshot is requested within one window share it.
+COALESCE_WINDOW = 5.0
+
+
+def coalesced_name(key: str, at: dt.datetime, window: float = COALESCE_WINDOW) -> str:
+    """The one name every set cutting filesystem `key` in this window uses:
+    backends return the existing snapshot for a name, so they share it."""
+    safe = "".join(c if c.isalnum() or c in "_.-" else "-" for c in key)
+    return f"slurm-snap-shared-{safe}-{int(at.timestamp() // window)}"
+
+
 def cut_one(v: VolumeInfo, *, job_id: int, set_id: int, backend_for: Callable[[VolumeInfo], Backend],
             entries: Sequence[Entry], clock: Callable[[], dt.datetime]) -> CutResult:
     """Cut and verify one volume; a failure is returned, never raised."""
@@ -172,8 +184,16 @@ def cut_one(v: VolumeInfo, *, job_id: int, set_id: int, backend_for: Callable[[V
     try:
         backend = backend_for(v)
         r.cut_started_at = clock()
+        key = backend.coalesce_key(v.path)
+        if key:
+            r.shared_key = key
+            r.name = coalesced_name(key, r.cut_started_at)
         r.ref = backend.create(v.path, r.name)
         r.cut_at = clock()
+        if key and r.ref.created_at and r.ref.created_at < r.cut_started_at:
+            # Another set cut it first: this set's data is as of that earlier
+            # instant, and the verdict must judge the barrier against it.
+            r.cut_started_at = r.cut_at = r.ref.created_at
         r.ok = True
         r.manifest_ok, r.manifest_why = verify(backend, v, r.ref, entries)
     except SnapError as exc:
