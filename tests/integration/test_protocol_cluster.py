@@ -137,5 +137,55 @@ def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_fro
         assert all("/.snapshots/" in src for _, src in resumed), resumed
         resume = json.loads((Path(cfg.paths.barrier_dir) / str(jid) / "resume.json").read_text())
         assert resume["set_id"] == set_id and resume["step"] == step
+        # Each rank's first printed step after its resume line is the next one.
+        text = log.read_text()
+        for m in pattern.finditer(text):
+            nxt = re.search(r"^step (\d+)", text[m.end():], re.M)
+            assert nxt and int(nxt.group(1)) == int(m.group(1)) + 1, text[m.start():m.start() + 400]
+        # `show` on this set names every node and every volume.
+        shown = subprocess.run([cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap"),
+                                "--config", cluster.env["SLURM_SNAP_CONFIG"], "show", f"set:{set_id}"],
+                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert shown.returncode == 0, shown.stderr
+        with inv.session() as repo:
+            vol_paths = [p.volume.path for p in repo.snapshots(set_id)]
+        assert len(vol_paths) == 4
+        for name in ("n1", "n2", "n3", *vol_paths):
+            assert name in shown.stdout, (name, shown.stdout)
+    finally:
+        cluster.cancel(jid)
+
+
+IGNORE_ON_N3 = """#!/bin/bash
+# The ranks on one node swallow the checkpoint signal (as code that does not
+# forward SIGUSR1 would): that node never acknowledges.
+srun /bin/bash -c 'if [ "$SLURMD_NODENAME" = n3 ]; then extra=--ignore-signal; fi; \
+exec /opt/slurm-snap/venv/bin/python {train} --steps 100000 --step-time 0.2 --release-timeout 60 $extra'
+"""
+
+
+def test_node_that_never_acknowledges_is_named_and_the_set_is_not_app_consistent(cluster):
+    cfg, inv = _inventory(cluster)
+    train = cluster.write_user_file("train-ignore.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
+    out = cluster.make_user_dir(f"protocol-ignore-{time.monotonic_ns()}")
+    jid = cluster.sbatch("-N3", "--ntasks-per-node=1", "-c1", "--snapshot-volumes=scratch,pfs",
+                         "-o", f"{out}/slurm-%j.out", script=IGNORE_ON_N3.format(train=train))
+    log = out / f"slurm-{jid}.out"
+    try:
+        cluster.wait_state(jid, "RUNNING", timeout=60)
+        deadline = time.monotonic() + 90
+        while _steps(log) < 9:
+            assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
+            time.sleep(0.2)
+        rc, res, err = _snapshot(cluster, jid, "--deadline", "6")
+        assert res, err
+        assert res["consistency"] != "app-consistent", res
+        assert "n3" in res["failed_nodes"] and "n1" not in res["failed_nodes"], res
+        rep = subprocess.run([cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap"),
+                              "--config", cluster.env["SLURM_SNAP_CONFIG"], "report", "-j", str(jid), "-P", "-n",
+                              "-o", "JobID,Consistency,FailedNodes"],
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert rep.returncode == 0, rep.stderr
+        assert rep.stdout.strip().splitlines()[-1] == f"{jid}|{res['consistency']}|n3", rep.stdout
     finally:
         cluster.cancel(jid)

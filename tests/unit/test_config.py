@@ -112,3 +112,13 @@ def test_cli_config_check_unknown_backend(write_config, capsys):
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert "slurm-snap, version" in capsys.readouterr().out
+
+
+def test_config_check_tools_names_missing_tool(write_config, tmp_path, capsys):
+    """A backend whose tool is missing fails at configuration check time, naming the tool."""
+    path = write_config(f"[[volume_class]]\nname='pfs'\nprefix='{tmp_path}'\nscope='shared'\nbackend='zfs'\n"
+                        "[volume_class.options]\ntool_dir='/nonexistent-tools'\n")
+    rc = main(["config", "check", "--tools", "--config", path])
+    err = capsys.readouterr().err
+    assert rc == errors.CONFIG, err
+    assert "'zfs'" in err and "not found" in err
