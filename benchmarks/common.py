@@ -156,7 +156,10 @@ def machine_info() -> dict:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    return {"uname": " ".join(os.uname()), "nproc": os.cpu_count(), "memory": mem, "cpu": cpu,
+    uname = " ".join(os.uname())
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        uname = subprocess.run([which("uname"), "-a"], capture_output=True, text=True, timeout=10).stdout.strip()
+    return {"uname": uname, "nproc": os.cpu_count(), "memory": mem, "cpu": cpu,
             "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "load": " ".join(f"{x:.2f}" for x in os.getloadavg())}
 

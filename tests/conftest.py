@@ -14,18 +14,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def require(ok: bool, reason: str) -> None:
-    if ok:
-        return
-    if in_ci():
-        pytest.fail(f"real component missing in CI: {reason}", pytrace=False)
-    pytest.skip(reason)
+from realcomponents import in_ci, pg_url, require  # noqa: E402,F401
 
 
 @pytest.fixture(autouse=True)
@@ -34,14 +25,6 @@ def _scrub_env(monkeypatch):
     for key in list(os.environ):
         if key.startswith(("SLURM_SNAP_", "SPANK_")) and not key.startswith("SLURM_SNAP_TEST_"):
             monkeypatch.delenv(key, raising=False)
-
-
-def pg_url() -> str | None:
-    url = os.environ.get("SLURM_SNAP_TEST_PG_URL")
-    if url:
-        return url
-    f = Path("/var/tmp/slurm-snap-pg/url")
-    return f.read_text().strip() if f.exists() else None
 
 
 def _reset_pg(url: str) -> None:

@@ -150,7 +150,7 @@ def report_pg_server():
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
-    from conftest import pg_url, require
+    from realcomponents import pg_url, require
 
     url = pg_url()
     require(bool(url), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg "

@@ -1,0 +1,31 @@
+"""Real components in tests: missing in CI is a failure, locally a skip that says why.
+
+A module, not conftest.py, so test modules can import it by a name that no
+other conftest on sys.path shadows.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require(ok: bool, reason: str) -> None:
+    if ok:
+        return
+    if in_ci():
+        pytest.fail(f"real component missing in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def pg_url() -> str | None:
+    url = os.environ.get("SLURM_SNAP_TEST_PG_URL")
+    if url:
+        return url
+    f = Path("/var/tmp/slurm-snap-pg/url")
+    return f.read_text().strip() if f.exists() else None
