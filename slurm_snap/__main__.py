@@ -1,3 +1,3 @@
-from slurm_snap.cli import entry
+from slurm_snap.entry import entry
 
 entry()

@@ -6,11 +6,15 @@ built-ins are also listed in BUILTINS (the same strings pyproject.toml
 declares) so a source checkout that is not pip-installed still has them; an
 entry point that repeats a built-in with the same target is the same
 registration, one with a different target is a duplicate and is rejected.
+
+Entry points are read when a name that is not built in is asked for, or the
+list of names is (config check, doctor, --helpformat-like listings): a Prolog
+building the btrfs backend must not pay ~20 ms to import importlib.metadata
+and scan every installed distribution on each job's start path.
 """
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 from typing import Any, Mapping
 
 from slurm_snap import errors
@@ -30,10 +34,29 @@ BUILTINS: dict[str, str] = {
 }
 
 
+def __getattr__(name):  # `registry.metadata`, imported only when used
+    if name == "metadata":
+        from importlib import metadata
+
+        return metadata
+    raise AttributeError(name)
+
+
 class Registry:
     def __init__(self) -> None:
         self._targets: dict[str, str] = {}
         self._classes: dict[str, type[Backend]] = {}
+        self._plugins_loaded = True  # a bare Registry has no entry points to read
+
+    def load_plugins(self) -> None:
+        """Register the entry points of GROUP once (duplicates rejected)."""
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        from importlib import metadata
+
+        for ep in metadata.entry_points(group=GROUP):
+            self.register(ep.name, ep.value.replace(" ", ""))
 
     def register(self, name: str, target: str | type[Backend]) -> None:
         """Register `name` -> "module:Class" (loaded lazily) or a class.
@@ -51,9 +74,12 @@ class Registry:
             self._classes[name] = target
 
     def names(self) -> list[str]:
+        self.load_plugins()
         return sorted(self._targets)
 
     def backend_class(self, name: str) -> type[Backend]:
+        if name not in self._targets:
+            self.load_plugins()
         if name not in self._targets:
             raise errors.BadValueError(what="backend", value=name,
                                        why=f"unknown (known: {', '.join(self.names())})")
@@ -67,12 +93,13 @@ class Registry:
         return self._classes[name]
 
 
-def _load_default() -> Registry:
+def _load_default(*, plugins: bool = True) -> Registry:
     reg = Registry()
     for name, target in BUILTINS.items():
         reg.register(name, target)
-    for ep in metadata.entry_points(group=GROUP):
-        reg.register(ep.name, ep.value.replace(" ", ""))
+    reg._plugins_loaded = False
+    if plugins:
+        reg.load_plugins()
     return reg
 
 
@@ -82,7 +109,7 @@ _default: Registry | None = None
 def default_registry() -> Registry:
     global _default
     if _default is None:
-        _default = _load_default()
+        _default = _load_default(plugins=False)
     return _default
 
 

@@ -25,6 +25,7 @@ def check(ctx, path, as_json, tools):
     cfg = config_mod.load(path or ctx.config_path)
     from ..backends.registry import default_registry
 
+    default_registry().load_plugins()  # a plugin clashing with a built-in name is an error here
     for vc in cfg.volume_classes:
         # Options are checked without running anything; tools only with --tools.
         try:

@@ -2,8 +2,6 @@
 points exec. Exit status follows the hook failure policy (hooks/policy.py)."""
 from __future__ import annotations
 
-import os
-import sys
 
 import click
 
@@ -41,45 +39,12 @@ def validate_options(ctx, volumes, consistency, resume_cmd):
 def _make(name):
     @click.pass_obj
     def _cmd(ctx):
-        _run(ctx, name)
+        from ..hooks.run import run_named
+
+        raise click.exceptions.Exit(run_named(ctx.config_path, name))
 
     _cmd.__doc__ = f"Run as Slurm's {name} for an opted-in job."
     return click.command(name)(_cmd)
-
-
-def _run(ctx, name):
-    from ..hooks.jobhooks import HOOKS
-    from ..hooks.policy import run_hook
-    from ..slurm.jobenv import from_environ
-
-    if name not in HOOKS:
-        raise errors.BadValueError(what="hook", value=name, why=f"one of {', '.join(sorted(HOOKS))}")
-    state = {"cfg": None, "job": None, "inv": None}
-
-    def body():
-        state["cfg"] = ctx.config
-        job = state["job"] = from_environ()
-        if not job.opted_in:
-            return "job did not opt in"
-        state["inv"] = ctx.inventory
-        return HOOKS[name](state["cfg"], state["inv"], job)
-
-    def record_failure(hook, detail):
-        if state["inv"] is not None and state["job"] is not None:
-            with state["inv"].session() as repo:
-                repo.event("hook-failed", f"{hook}: {detail}", job_id=state["job"].job_id,
-                           node=state["job"].node, level="error")
-
-    try:
-        cfg = ctx.config
-    except errors.SnapError as exc:  # no config: still never drain the node by default
-        print(f"slurm-snap: {name}: {exc} (policy open)", file=sys.stderr)
-        raise click.exceptions.Exit(0)
-    raw_id = os.environ.get("SLURM_JOB_ID", "")
-    job_id = int(raw_id) if raw_id.isdigit() else None
-    status = run_hook(name, body, cfg=cfg, job_id=job_id, node=os.environ.get("SLURMD_NODENAME", ""),
-                      record_failure=record_failure)
-    raise click.exceptions.Exit(status)
 
 
 for _name in ("prolog", "epilog", "prolog-slurmctld", "epilog-slurmctld"):

@@ -2,7 +2,9 @@
 
   PrologSlurmctld  (controller, root)  record the job run and every volume on every node
   Prolog           (each node, root)   prepare this node's volumes and the barrier directory;
-                                       a requeued run gets resume.json
+                                       a requeued run gets resume.json. It does not touch the
+                                       inventory otherwise: importing the ORM alone costs more
+                                       than the 100 ms an opted-in job's start may pay.
   EpilogSlurmctld  (controller, root)  at preemption, open the set (requested at PreemptTime)
   Epilog           (each node, root)   at preemption, cut this node's volumes, record, finalize
 
@@ -16,7 +18,7 @@ import os
 from .. import paths
 from ..config import Config
 from ..errors import PathError, Unsupported
-from ..inventory.repository import Inventory, VolumeSpec
+from ..inventory.records import VolumeSpec
 from ..slurm.jobenv import JobEnv
 from . import barrierdir
 from .volumes import parse_declaration, specs_for_job
@@ -27,43 +29,30 @@ log = logging.getLogger(__name__)
 PREEMPT_SLACK = 12
 
 
-def _record(cfg: Config, inv: Inventory, job: JobEnv, *, prepared_node: str | None = None,
-            prepared_paths=()) -> list[VolumeSpec]:
+def prolog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
     declared = parse_declaration(cfg, job.volumes)
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
     with inv.session() as repo:
         run = repo.record_job_run(job_id=job.job_id, restart_count=job.restart_count, user_name=job.user,
                                   uid=job.uid, partition=job.partition, nodes=job.nodes, options=job.options())
         repo.add_volumes(run, specs)
-        if prepared_paths:
-            repo.add_volumes(run, [s for s in specs if (s.node, s.path) in prepared_paths], prepared=True)
-        repo.event("hook", f"recorded {len(specs)} volumes on {len(job.nodes)} nodes"
-                   + (f"; prepared {len(prepared_paths)} on {prepared_node}" if prepared_node else ""),
-                   job_id=job.job_id, node=job.node)
-    return specs
-
-
-def prolog_slurmctld(cfg: Config, inv: Inventory, job: JobEnv) -> str:
-    specs = _record(cfg, inv, job)
+        repo.event("hook", f"recorded {len(specs)} volumes on {len(job.nodes)} nodes", job_id=job.job_id)
     return f"recorded {len(specs)} volumes"
 
 
-def prolog(cfg: Config, inv: Inventory, job: JobEnv) -> str:
+def prolog(cfg: Config, inv, job: JobEnv) -> str:
     declared = parse_declaration(cfg, job.volumes)
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
     mine = [s for s in specs if s.node == job.node or (s.scope == "shared" and job.node == job.head_node)]
     per_job = {(d.vc.name) for d in declared if d.rel is None}
-    done = set()
     for spec in mine:
         _prepare_volume(cfg, spec, job, create=spec.volume_class in per_job and _is_class_path(cfg, spec, job))
-        done.add((spec.node, spec.path))
     barrierdir.prepare(cfg.paths.barrier_dir, job.job_id, job.uid, job.gid)
     barrierdir.write_json(barrierdir.job_dir(cfg.paths.barrier_dir, job.job_id), "job.json", {
         "job_id": job.job_id, "restart_count": job.restart_count, "user": job.user, "nodes": list(job.nodes),
         "signal": cfg.protocol.checkpoint_signal,
         "volumes": [{"class": s.volume_class, "scope": s.scope, "node": s.node or None, "path": s.path}
                     for s in specs]}, gid=job.gid)
-    _record(cfg, inv, job, prepared_node=job.node, prepared_paths=done)
     resumed = ""
     if job.restart_count > 0 and job.node == job.head_node:
         from ..protocol import preempt
@@ -141,7 +130,7 @@ def _grace_seconds(cfg: Config, job: JobEnv) -> int:
     return 0
 
 
-def epilog_slurmctld(cfg: Config, inv: Inventory, job: JobEnv) -> str:
+def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
     if not job.on_preempt:
         return "not --snapshot-on-preempt"
     t = _preempt_time(cfg, job)
@@ -153,7 +142,7 @@ def epilog_slurmctld(cfg: Config, inv: Inventory, job: JobEnv) -> str:
     return f"preempted at {t}: set opened"
 
 
-def epilog(cfg: Config, inv: Inventory, job: JobEnv) -> str:
+def epilog(cfg: Config, inv, job: JobEnv) -> str:
     if not job.on_preempt:
         return "not --snapshot-on-preempt"
     t = _preempt_time(cfg, job)

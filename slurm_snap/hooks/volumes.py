@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .. import paths
 from ..config import Config, VolumeClass
 from ..errors import BadValueError, PathError
-from ..inventory.repository import VolumeSpec
+from ..inventory.records import VolumeSpec
 
 MAX_VOLUMES = 256
 CONSISTENCIES = ("app", "crash")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
 from sqlalchemy import Float, and_, delete, func, insert, or_, select, update
@@ -21,6 +20,7 @@ from sqlalchemy.sql.expression import ColumnElement
 from ..errors import InvalidTransition, InventoryError, NotFound
 from ..protocol import states as S
 from . import db
+from .records import AckRecord, SetFilter, SnapshotRecord, VolumeSpec  # noqa: F401 (re-exported)
 from .models import BarrierAck, Event, JobRun, RestoreTest, Snapshot, SnapshotSet, Volume
 
 
@@ -39,57 +39,6 @@ _PHASE_STAMP = {
     S.ROLLED_BACK: "finished_at",
     S.VERIFIED: "verified_at",
 }
-
-
-@dataclass(frozen=True)
-class VolumeSpec:
-    path: str
-    scope: str
-    volume_class: str
-    backend: str
-    node: str = ""
-    site: str = ""
-    region: str = ""
-
-
-@dataclass(frozen=True)
-class AckRecord:
-    node: str
-    rank: int
-    local_rank: int
-    local_size: int
-    step: int
-    written_at: dt.datetime
-    manifest: list = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class SnapshotRecord:
-    volume_id: int
-    backend: str
-    name: str
-    ref: str
-    path: str
-    node: str
-    cut_started_at: dt.datetime
-    cut_at: dt.datetime
-    site: str = ""
-    region: str = ""
-    shared_key: str = ""
-    manifest_ok: bool | None = None
-
-
-@dataclass
-class SetFilter:
-    """report's filters, sacct-like. Empty means no restriction."""
-
-    job_ids: Sequence[int] = ()
-    job_runs: Sequence[tuple[int, int]] = ()
-    users: Sequence[str] = ()
-    states: Sequence[str] = ()
-    start: dt.datetime | None = None
-    end: dt.datetime | None = None
-    limit: int | None = None
 
 
 class Repository:
