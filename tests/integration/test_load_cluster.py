@@ -7,6 +7,8 @@ end drained. Kept under about two minutes.
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import time
 
 import pytest
@@ -56,7 +58,9 @@ def test_many_jobs_opting_in_at_once(cluster):
             vols = repo.volumes(run)
             assert len(run.nodes) == 1 and run.user_name == cluster.user, jid
             assert [(v.volume_class, v.node) for v in vols] == [("scratch", run.nodes[0])], jid
-            assert vols[0].prepared_at is not None, jid
+            # prepared by the node Prolog: the job's own subvolume, owned by the user
+            st = os.stat(vols[0].path)
+            assert st.st_ino == 256 and st.st_uid == pwd.getpwnam(cluster.user).pw_uid, jid
             assert not [e for e in repo.events(job_id=jid) if e.kind == "hook-failed"], jid
     # no hook failed, no node drained
     failed = []

@@ -139,10 +139,12 @@ def test_twenty_processes_register_and_snapshot_without_losing_a_row(site):
                     vols = repo.volumes(run)
                     assert sorted((v.volume_class, v.node) for v in vols) == \
                         [("pfs", "")] + [("scratch", n) for n in NODES]
-                    assert all(v.prepared_at is not None for v in vols), job_id
+                    # prepared by the node Prologs: every volume exists on disk
+                    assert all(os.path.isdir(v.path) for v in vols), job_id
                     (st,) = repo.sets_of_job(job_id)
                     assert st.state == "COMPLETE" and len(repo.snapshots(st.id)) == len(vols)
-                    assert len(repo.events(job_id=job_id, kind="hook")) == 1 + len(NODES)
+                    # PrologSlurmctld's record; node Prologs leave theirs in hooks.log (checked above)
+                    assert len(repo.events(job_id=job_id, kind="hook")) == 1
         with inv.engine.connect() as conn:
             assert conn.exec_driver_sql("SELECT count(*) FROM job_run").scalar() == jobs
             assert conn.exec_driver_sql("SELECT count(*) FROM volume").scalar() == jobs * (1 + len(NODES))
