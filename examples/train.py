@@ -63,6 +63,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def default_ckpt_dir(ckpt: snap.Checkpointer) -> str:
+    # In a restore drill (`slurm-snap restore-test`) the pfs volume is a clone
+    # of the snapshot: train from there, never from the live tree.
+    restored = os.environ.get("SLURM_SNAP_RESTORE_PFS")
+    if os.environ.get("SLURM_SNAP_RESTORE") == "1" and restored:
+        return os.path.join(restored, "ckpt")
     if ckpt.enabled:
         try:
             return os.path.join(ckpt.volume_path("pfs"), "ckpt")
