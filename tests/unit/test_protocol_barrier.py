@@ -125,8 +125,9 @@ def test_wait_gives_up_at_the_deadline_and_reports_who_is_missing(env):
 
 def test_watcher_reports_names_from_inotify(env):
     with DirWatcher(env.ack_dir) as w:
-        if not w.inotify:
-            pytest.skip("inotify unavailable on this kernel")
+        from realcomponents import require
+
+        require(bool(w.inotify), "inotify unavailable on this kernel")
         env.ack("n1", 0, EPOCH)
         names = w.wait(1.0)
     assert names is not None and "n1.0.json" in names

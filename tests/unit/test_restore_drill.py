@@ -14,7 +14,11 @@ from slurm_snap.restore.drill import Drill
 
 from test_restore_support import OWNER, add_set, tree_digest, world  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="drills switch to the job owner's uid: needs root")
+@pytest.fixture(autouse=True)
+def _needs_root():
+    from realcomponents import require
+
+    require(os.geteuid() == 0, "drills switch to the job owner's uid: needs root")
 
 ROOT = Caller(uid=0, name="root")
 
