@@ -156,8 +156,73 @@ def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_fro
         assert len(vol_paths) == 4
         for name in ("n1", "n2", "n3", *vol_paths):
             assert name in shown.stdout, (name, shown.stdout)
+
+        # Issue 8 acceptance: this preemption set passes a restore drill with
+        # the same PyTorch program. Stop the requeued run first so the live
+        # volumes hold still while we checksum them around the drill.
+        cluster.cancel(jid)
+        cluster.wait_state(jid, {"CANCELLED", "COMPLETED", "FAILED"}, timeout=90)
+        rank0_step = next(a.step for a in _acks(inv, set_id) if a.rank == 0)
+        before = {p: _digest(Path(p)) for p in vol_paths}
+        # The checkpoints are on pfs (the scratch volumes are empty but exist:
+        # anything a drill wrote into them would show up as a new file).
+        pfs_path = next(p for p in vol_paths if "/scratch/" not in p)
+        assert any(k.endswith(".pt") for k in before[pfs_path]), before
+        assert all(os.path.isdir(p) for p in vol_paths)
+        drill = subprocess.run(
+            [cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap"),
+             "--config", cluster.env["SLURM_SNAP_CONFIG"], "restore-test", f"set:{set_id}", "--json",
+             "--deadline", "120", "--command",
+             f"/opt/slurm-snap/venv/bin/python {train} --steps {rank0_step + 3}"],
+            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_CONF": cluster.slurm_conf})
+        assert drill.returncode == 0, (drill.stdout, drill.stderr)
+        result = json.loads(drill.stdout)
+        # rank 0 of the drill resumes from rank 0's acknowledged checkpoint in
+        # the clone, so its first step is the next one
+        assert result["result"] == "PASSED" and result["first_step"] == rank0_step + 1, result
+        assert result["time_to_first_step"] > 0 and not result["kept"] and not result["cleanup_errors"]
+        assert set(result["restore_map"]) == set(vol_paths)
+        with inv.session() as repo:
+            state = repo.get_set(set_id).state
+            last = max(repo.restore_tests(set_id), key=lambda t: t.id)
+            recorded = (last.id, last.result, last.first_step, last.time_to_first_step)
+        assert state == "VERIFIED"
+        assert recorded[:3] == (result["test_id"], "PASSED", rank0_step + 1)
+        assert recorded[3] == pytest.approx(result["time_to_first_step"])
+        assert {p: _digest(Path(p)) for p in vol_paths} == before   # live volumes untouched
+        for restored in result["restore_map"].values():             # the clones are gone
+            assert not os.path.exists(restored), restored
+        assert not os.path.exists(result["namespace"])
+        leftovers = [str(p) for p in Path(cfg.paths.restore_root).glob(f"{set_id}-*")]
+        for vp in vol_paths:
+            leftovers += [str(p) for p in Path(vp).parent.glob(f".snapshots/.slurm-snap-restore-{set_id}-*")]
+        assert not leftovers, leftovers
     finally:
         cluster.cancel(jid)
+
+
+def _acks(inv, set_id: int):
+    with inv.session() as repo:
+        return repo.acks(set_id)
+
+
+def _digest(root: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every regular file (and symlink target) under root;
+    snapshot directories are not part of the live tree."""
+    import hashlib
+
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != ".snapshots")
+        for name in filenames:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                out[rel] = "link:" + os.readlink(path)
+            else:
+                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
 
 
 IGNORE_ON_N3 = """#!/bin/bash
