@@ -12,6 +12,12 @@ The same Coordinator code as `slurm-snap snapshot`, with:
 overhead = (request -> set finalized and released)
            - (signal -> slowest rank's ack)      the application's own time
            - backend cut latency                  the filesystem's own time
+
+Beside it, in the same run, the thread floor: the cut pool's shape (the same
+number of worker threads pulling N+1 tasks from one queue) where each task
+only sleeps the backend latency. What that costs beyond one latency is what
+waking N+1 threads' worth of work costs in CPython on this machine, before
+the coordinator does anything.
 Targets (docs/PRIOR-ART.md): N=1 10 ms, 8 15 ms, 64 25 ms, 512 50 ms, 1000 75 ms.
 
     PYTHONPATH=. /opt/slurm-snap/venv/bin/python benchmarks/coordinator.py [--nodes 1,8,64] [--repeat 5]
@@ -19,6 +25,8 @@ Targets (docs/PRIOR-ART.md): N=1 10 ms, 8 15 ms, 64 25 ms, 512 50 ms, 1000 75 ms
 from __future__ import annotations
 
 import argparse
+import collections
+import concurrent.futures as cf
 import gc
 import os
 import statistics
@@ -32,6 +40,7 @@ from slurm_snap import access, config  # noqa: E402
 from slurm_snap.inventory.repository import Inventory, VolumeSpec  # noqa: E402
 from slurm_snap.protocol import states as S  # noqa: E402
 from slurm_snap.protocol.coordinator import Coordinator  # noqa: E402
+from slurm_snap.protocol.cutter import MAX_WORKERS  # noqa: E402
 from slurm_snap.protocol.simulate import SimRanks, plan_ranks, register_test_backends  # noqa: E402
 
 TARGETS_MS = {1: 10, 8: 15, 64: 25, 512: 50, 1000: 75}
@@ -91,10 +100,34 @@ def measure(n: int, *, ranks: int, repeat: int, latency: float, base: float, spr
         finally:
             sim.close()
             inv.dispose()
+    floor = [thread_floor(n + 1, latency) for _ in range(repeat)]
     med = statistics.median(samples)
     ph = {k: statistics.median(p[k] for p in phases) * 1000 for k in phases[0]}
     return {"n": n, "ranks": n * ranks, "overhead_ms": med, "min_ms": min(samples), "max_ms": max(samples),
-            "phases_ms": ph}
+            "phases_ms": ph, "floor_ms": statistics.median(floor)}
+
+
+def thread_floor(tasks: int, latency: float) -> float:
+    """ms beyond one latency for the cut pool's threads to run `tasks` sleeps of `latency`."""
+    workers = max(1, min(MAX_WORKERS, tasks))
+    with cf.ThreadPoolExecutor(max_workers=workers) as ex:
+        # start every thread first, as CutPool does while the ranks checkpoint
+        cf.wait([ex.submit(time.sleep, 0.01) for _ in range(workers)])
+        time.sleep(0.05)
+        queue = collections.deque(range(tasks))
+
+        def worker() -> None:
+            while True:
+                try:
+                    queue.popleft()
+                except IndexError:
+                    return
+                time.sleep(latency)
+
+        gc.collect()
+        t0 = time.perf_counter()
+        cf.wait([ex.submit(worker) for _ in range(workers)])
+        return (time.perf_counter() - t0 - latency) * 1000
 
 
 def main(argv=None) -> int:
@@ -110,7 +143,8 @@ def main(argv=None) -> int:
     print(f"coordinator overhead, median of {args.repeat} runs; backend latency {args.latency * 1000:g} ms; "
           f"acks {args.ack_base * 1000:g}..{(args.ack_base + args.ack_spread) * 1000:g} ms after the signal; "
           f"{args.ranks_per_node} rank(s)/node; {os.cpu_count()} CPUs")
-    head = (f"{'nodes':>6} {'ranks':>6} {'overhead':>9} {'min':>7} {'max':>7} {'target':>7} {'ratio':>6}  "
+    head = (f"{'nodes':>6} {'ranks':>6} {'overhead':>9} {'min':>7} {'max':>7} {'target':>7} {'ratio':>6} "
+            f"{'floor':>7} {'floor/ovh':>9}  "
             "phases ms: request signal barrier cut(+record acks) record_parts finalize release")
     print(head)
     worst = 0.0
@@ -122,7 +156,8 @@ def main(argv=None) -> int:
         worst = max(worst, ratio if target else 0)
         ph = r["phases_ms"]
         print(f"{n:>6} {r['ranks']:>6} {r['overhead_ms']:>7.1f}ms {r['min_ms']:>5.1f}ms {r['max_ms']:>5.1f}ms "
-              f"{(str(target) + 'ms') if target else '-':>7} {ratio:>6.2f}  "
+              f"{(str(target) + 'ms') if target else '-':>7} {ratio:>6.2f} "
+              f"{r['floor_ms']:>5.1f}ms {r['floor_ms'] / r['overhead_ms']:>9.2f}  "
               + " ".join(f"{ph.get(k, 0):.1f}" for k in ("request", "signal", "barrier", "cut",
                                                         "record_parts", "finalize", "release")))
     print(f"worst ratio to target: {worst:.2f} ({'within' if worst <= 1 else 'over'} target)")

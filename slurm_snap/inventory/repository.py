@@ -11,7 +11,7 @@ import contextlib
 import datetime as dt
 from typing import Any, Iterable, Iterator, Sequence
 
-from sqlalchemy import Float, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Float, and_, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, selectinload
@@ -534,10 +534,24 @@ class Repository:
                 return run
         return None
 
-    def record_acks_seen(self, set_id: int, acks: Sequence[tuple[AckRecord, dt.datetime]]) -> int:
+    def record_acks_seen(self, set_id: int, acks: Sequence[tuple[AckRecord, dt.datetime]], *,
+                         replace: Sequence[tuple[str, int]] | None = None, replace_all: bool = False) -> int:
         """Insert acknowledgements not yet recorded, each with the time it was
-        first seen (the coordinator's clock); one statement for all nodes."""
-        have = set(self.s.execute(select(BarrierAck.node, BarrierAck.rank).where(BarrierAck.set_id == set_id)))
+        first seen (the coordinator's clock); one statement for all nodes.
+
+        `replace` names (node, rank) rows to drop first (a rank rewrote its
+        acknowledgement); `replace_all` drops every row of the set first."""
+        if replace_all:
+            self.s.execute(delete(BarrierAck).where(BarrierAck.set_id == set_id))
+        elif replace:
+            self.s.execute(delete(BarrierAck).where(BarrierAck.set_id == set_id,
+                                                    tuple_(BarrierAck.node, BarrierAck.rank).in_(list(replace))))
+        q = select(BarrierAck.node, BarrierAck.rank).where(BarrierAck.set_id == set_id)
+        nodes = {a.node for a, _seen in acks}
+        if len(nodes) <= 256:
+            # A late batch of a few nodes need not read back the rows of all the others.
+            q = q.where(BarrierAck.node.in_(sorted(nodes)))
+        have = set(self.s.execute(q)) if nodes else set()
         rows = []
         for a, seen in acks:
             if (a.node, a.rank) in have:

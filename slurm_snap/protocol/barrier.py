@@ -197,12 +197,16 @@ class AckCollector:
 
 
 def wait_for_barrier(collector: AckCollector, *, timeout: float, use_inotify: bool = True,
-                     should_stop: Callable[[], bool] = lambda: False) -> bool:
+                     should_stop: Callable[[], bool] = lambda: False,
+                     on_progress: Callable[[], None] | None = None) -> bool:
     """Return True once every node's barrier is complete, False at the deadline.
 
     inotify reports new names at once (parsed one by one as they land, so the
     last arrival costs one parse, not N); quiet periods trigger a rescan with a
-    capped backoff for writers on other hosts.
+    capped backoff for writers on other hosts. `on_progress` runs after each
+    batch while the barrier is still open (the coordinator records the
+    acknowledgements so far); never after the last one, which must be acted on
+    at once.
     """
     deadline = time.monotonic() + max(0.0, timeout)
     with DirWatcher(collector.ack_dir, use_inotify=use_inotify) as watcher:
@@ -216,6 +220,10 @@ def wait_for_barrier(collector: AckCollector, *, timeout: float, use_inotify: bo
                 collector.rescan()
             elif names:
                 collector.update(names)
+            else:
+                continue
+            if on_progress is not None and not collector.state.all_complete:
+                on_progress()
         if not collector.state.all_complete:
             collector.rescan()  # a last look: files may have landed during the final wait
     return collector.state.all_complete

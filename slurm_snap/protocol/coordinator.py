@@ -29,8 +29,8 @@ from .. import access
 from ..client.ack import MAX_ACK_BYTES
 from ..config import Config
 from ..errors import BadValueError, Busy, InvalidTransition, NotFound, SnapError
-from ..inventory.repository import AckRecord
 from . import finalize, jobfiles, owner
+from .ackledger import AckLedger
 from . import states as S
 from .barrier import AckCollector, wait_for_barrier
 from .cutter import CutPool, VolumeInfo, assign_manifests
@@ -202,10 +202,12 @@ class Coordinator:
         t = time.monotonic()
         collector = AckCollector(dirs.ack, job_id=job_id, epoch=epoch, nodes=nodes, owner_uid=uid,
                                  max_bytes=MAX_ACK_BYTES, clock=self.clock)
+        self._ledger = AckLedger(self.inv, out.set_id)
         try:
             if signalled:
                 remaining = deadline_s - (time.monotonic() - t0)
-                wait_for_barrier(collector, timeout=remaining, use_inotify=self.use_inotify)
+                wait_for_barrier(collector, timeout=remaining, use_inotify=self.use_inotify,
+                                 on_progress=lambda: self._ledger.maybe_flush(collector))
             else:
                 collector.rescan()
         finally:
@@ -225,20 +227,11 @@ class Coordinator:
                             "crash-consistent sets are not allowed (protocol.allow_crash_consistent = false); "
                             "nothing was cut"] + extra)
         with self.inv.session() as repo:
-            self._record_acks(repo, out.set_id, collector)
+            self._ledger.flush(repo, collector)
             repo.transition(out.set_id, S.FAILED, at=self.clock(), reason=reason, failed_nodes=missing,
                             consistency=S.NONE)
         out.state, out.consistency, out.reason, out.failed_nodes = S.FAILED, S.NONE, reason, missing
         return out
-
-    @staticmethod
-    def _record_acks(repo, set_id: int, collector) -> None:
-        rows = [(AckRecord(node=a.node, rank=a.rank, local_rank=a.local_rank, local_size=a.local_size,
-                           step=a.step, written_at=a.written_at,
-                           manifest=[{"path": e.path, "size": e.size, **({"sha256": e.sha256} if e.sha256 else {})}
-                                     for e in a.manifest]), seen)
-                for a, seen in collector.state.all_acks()]
-        repo.record_acks_seen(set_id, rows)
 
     # -- cut and record -----------------------------------------------------------
     def _cut(self, out: Outcome, job_id: int, volumes: list[VolumeInfo], collector, pool):
@@ -249,8 +242,8 @@ class Coordinator:
                 volumes, [(a.node, a.manifest) for a, _seen in collector.state.all_acks()])
         cut_started = self.clock()
         self.hook("cutting")
-        # The acks and CUTTING are recorded (by this thread) while the workers
-        # cut: a crash before that commit leaves a QUIESCING set whose
+        # The last acks and CUTTING are recorded (by this thread) while the
+        # workers cut: a crash before that commit leaves a QUIESCING set whose
         # snapshots repair finds by name, so nothing is lost by not waiting.
         results = pool.cut(volumes, job_id=job_id, set_id=out.set_id, entries=entries, clock=self.clock,
                            budget=2 * self.cfg.timeouts.backend_call + 5,
@@ -275,7 +268,7 @@ class Coordinator:
     def _mark_cutting(self, set_id: int, collector, cut_started: dt.datetime) -> None:
         with self.inv.session() as repo:
             if collector is not None:
-                self._record_acks(repo, set_id, collector)
+                self._ledger.flush(repo, collector)   # the rows the barrier wait did not record yet
                 if collector.state.all_complete and collector.state.complete_at:
                     repo.update_set(set_id, barrier_at=max(collector.state.complete_at.values()))
             repo.transition(set_id, S.CUTTING, at=cut_started)

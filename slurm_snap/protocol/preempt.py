@@ -28,10 +28,10 @@ import logging
 import os
 
 from ..errors import NotFound
-from . import finalize, jobfiles
+from . import ackledger, finalize, jobfiles
 from . import states as S
 from .barrier import AckCollector
-from .coordinator import Coordinator, part_row
+from .coordinator import part_row
 from .cutter import VolumeInfo, assign_manifests, cut_all
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
         acks = collector.state.all_acks()
         with inventory.session() as repo:
             st = repo.get_set(set_id, lock=True)
-            Coordinator._record_acks(repo, set_id, collector)
+            ackledger.record_all(repo, set_id, collector)
             if st.state in (S.PENDING, S.QUIESCING):
                 repo.transition(set_id, S.CUTTING, at=clock())
             elif st.state != S.CUTTING:
