@@ -127,6 +127,9 @@ def bench(small: tuple[int, int], big: tuple[int, int], quick: bool) -> tuple[li
                     sync_fs(mnt)
                     copies[mode].append(time.perf_counter() - t)
                     common.run([common.which("btrfs"), "subvolume", "delete", "--", target], timeout=600)
+                    # Deletion frees the extents later, in btrfs's cleaner: wait
+                    # for it, or the next real copy runs out of space.
+                    common.run([common.which("btrfs"), "subvolume", "sync", mnt], timeout=1800)
             results[tag] = {"label": label(nbytes, nfiles), "write_s": write_s, "dirty_mib": dirty,
                             "unsynced": unsynced, "synced": common.summarize(snaps),
                             "cp_never": common.summarize(copies["never"]),

@@ -206,6 +206,8 @@ def ctld_events(log_path: str, offset: int) -> dict[int, dict[str, float]]:
             t, msg = _stamp(m.group(1)), m.group(2)
             for key, pat in (("submit", r"_slurm_rpc_submit_batch_job: JobId=(\d+) "),
                              ("alloc", r"sched: Allocate JobId=(\d+) "),
+                             # the backfill scheduler starts some jobs itself
+                             ("alloc", r"sched/backfill: _start_job: Started JobId=(\d+) "),
                              ("configured", r"prolog_running_decr: Configuration for JobId=(\d+) is complete"),
                              ("done", r"_job_complete: JobId=(\d+) done")):
                 jm = re.search(pat, msg)

@@ -11,6 +11,7 @@ that act later re-check right before acting.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -120,3 +121,58 @@ def resolve(path, roots, *, must_exist: bool = True) -> Resolved:
         return Resolved(path, root, st.st_uid, st.st_gid, st.st_mode, True)
     finally:
         os.close(fd)
+
+
+
+def makedirs_nofollow(path: str, mode: int = 0o755) -> list[str]:
+    """`mkdir -p` that never follows a symlink (see open_dirs_nofollow);
+    returns the directories it created, outermost first."""
+    fd, made = open_dirs_nofollow(path, mode)
+    os.close(fd)
+    return made
+
+
+def open_dirs_nofollow(path: str, mode: int = 0o755) -> tuple[int, list[str]]:
+    """Open the directory at the (already resolved) absolute `path`, creating
+    what is missing, never following a symlink: every component is opened
+    with O_NOFOLLOW from "/" and made with mkdirat where missing. A component
+    that is (or was swapped for) a symlink or a non-directory raises
+    PathError, so root creates exactly at the path that was checked, never
+    where a link points. Returns (an O_DIRECTORY fd the caller closes, the
+    directories created, outermost first)."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise PathError(path, "must be an absolute path")
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise PathError(path, "must not contain '.' or '..' components")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    made: list[str] = []
+    fd = os.open("/", flags)
+    try:
+        for i, part in enumerate(parts):
+            here = "/" + "/".join(parts[:i + 1])
+            try:
+                os.mkdir(part, mode, dir_fd=fd)
+                made.append(here)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise PathError(path, f"cannot create {here}: {exc.strerror}") from None
+            try:
+                nfd = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                why = exc.strerror
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    # O_DIRECTORY|O_NOFOLLOW on a link gives ENOTDIR on Linux: look again to name it
+                    try:
+                        is_link = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+                    except OSError:
+                        is_link = False
+                    why = "is a symlink" if is_link else "is not a directory"
+                raise PathError(path, f"{here} {why}; refusing to create through it") from None
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, made

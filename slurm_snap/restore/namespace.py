@@ -23,6 +23,7 @@ import stat
 from ..backends.base import Backend
 from ..backends.transport import LocalTransport
 from ..errors import BackendError, BadValueError, Unsupported
+from ..paths import open_dirs_nofollow
 from .parts import BackendFor
 
 STATE_FILE = "drill.json"
@@ -63,14 +64,29 @@ def write_state(ns: str, state: dict) -> None:
 
 
 def make_namespace(base: str, ns: str, uid: int, gid: int) -> str:
-    """Create the namespace (refusing an existing one) and the owner's marker dir."""
-    os.makedirs(base, mode=0o755, exist_ok=True)
-    os.mkdir(ns, 0o755)
-    os.chmod(ns, 0o755)  # whatever the umask
-    marker_dir = os.path.join(ns, MARKER_DIR)
-    os.mkdir(marker_dir, 0o700)
-    os.chown(marker_dir, uid, gid)
-    return marker_dir
+    """Create the namespace (refusing an existing one) and the owner's marker dir.
+
+    `base` was checked after resolving symlinks; it is created without
+    following any, so a component swapped for a link after the check makes
+    this fail instead of making root create the namespace where the link
+    points."""
+    if os.path.dirname(ns.rstrip("/")) != base.rstrip("/"):
+        raise BadValueError(what="drill namespace", value=ns, why=f"is not directly inside {base}")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    parent, _made = open_dirs_nofollow(base, 0o755)
+    try:
+        name = os.path.basename(ns.rstrip("/"))
+        os.mkdir(name, 0o755, dir_fd=parent)   # FileExistsError: never reuse a namespace
+        nsfd = os.open(name, flags, dir_fd=parent)
+    finally:
+        os.close(parent)
+    try:
+        os.fchmod(nsfd, 0o755)  # whatever the umask
+        os.mkdir(MARKER_DIR, 0o700, dir_fd=nsfd)
+        os.chown(MARKER_DIR, uid, gid, dir_fd=nsfd, follow_symlinks=False)
+    finally:
+        os.close(nsfd)
+    return os.path.join(ns, MARKER_DIR)
 
 
 def _inside(path: str, ns: str) -> bool:

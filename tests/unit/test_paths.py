@@ -82,3 +82,37 @@ def test_file_is_not_a_volume(root):
     (root / "alice" / "f").write_text("x")
     with pytest.raises(errors.PathError, match="not a directory"):
         paths.resolve(str(root / "alice" / "f"), [str(root)])
+
+
+def test_open_dirs_nofollow_creates_what_is_missing(tmp_path):
+    target = tmp_path / "a" / "b" / "c"
+    fd, made = paths.open_dirs_nofollow(str(target), 0o750)
+    try:
+        assert os.path.samestat(os.fstat(fd), os.stat(target))
+    finally:
+        os.close(fd)
+    assert made == [str(tmp_path / "a"), str(tmp_path / "a" / "b"), str(target)]
+    assert paths.makedirs_nofollow(str(target)) == []        # all there: nothing made
+
+
+@pytest.mark.parametrize("where", ["middle", "last"])
+def test_open_dirs_nofollow_refuses_a_symlink_component(tmp_path, where):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "a").mkdir()
+    link = tmp_path / "a" / "b"
+    link.symlink_to(elsewhere)
+    target = link / "c" if where == "middle" else link
+    with pytest.raises(errors.PathError, match=r"is a symlink; refusing to create through it") as exc:
+        paths.makedirs_nofollow(str(target))
+    assert str(link) in str(exc.value)
+    assert list(elsewhere.iterdir()) == []                    # nothing created where the link points
+
+
+def test_open_dirs_nofollow_refuses_a_file_and_relative_paths(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(errors.PathError, match="is not a directory"):
+        paths.makedirs_nofollow(str(tmp_path / "f" / "d"))
+    for bad in ("rel/path", f"{tmp_path}/a/../b"):
+        with pytest.raises(errors.PathError):
+            paths.makedirs_nofollow(bad)

@@ -1,0 +1,48 @@
+"""The drill namespace is created exactly where the guard checked, never
+through a symlink swapped into its base afterwards, and never reused."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from slurm_snap import errors
+from slurm_snap.restore import namespace as nsmod
+
+
+def test_namespace_and_marker_dir_modes_and_owner(tmp_path):
+    base = tmp_path / "restore" / "root"
+    ns = nsmod.namespace_path(str(base), 7, 3)
+    marker = nsmod.make_namespace(str(base), ns, os.getuid(), os.getgid())
+    assert marker == os.path.join(ns, nsmod.MARKER_DIR)
+    assert stat.S_IMODE(os.stat(ns).st_mode) == 0o755
+    st = os.stat(marker)
+    assert stat.S_IMODE(st.st_mode) == 0o700 and (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
+
+
+def test_existing_namespace_is_never_reused(tmp_path):
+    ns = nsmod.namespace_path(str(tmp_path), 7, 3)
+    nsmod.make_namespace(str(tmp_path), ns, os.getuid(), os.getgid())
+    with pytest.raises(FileExistsError):
+        nsmod.make_namespace(str(tmp_path), ns, os.getuid(), os.getgid())
+
+
+def test_base_swapped_for_a_symlink_after_the_check_is_refused(tmp_path):
+    """The guard resolved <user dir>/drills; the user then replaced it with a
+    link to a directory root must not create anything in."""
+    live = tmp_path / "live-volume"
+    live.mkdir()
+    user_dir = tmp_path / "user"
+    user_dir.mkdir()
+    base = user_dir / "drills"
+    base.symlink_to(live)                       # the swap
+    ns = nsmod.namespace_path(str(base), 7, 3)
+    with pytest.raises(errors.PathError, match="is a symlink"):
+        nsmod.make_namespace(str(base), ns, os.getuid(), os.getgid())
+    assert list(live.iterdir()) == []
+
+
+def test_namespace_must_be_directly_inside_its_base(tmp_path):
+    with pytest.raises(errors.BadValueError, match="not directly inside"):
+        nsmod.make_namespace(str(tmp_path / "a"), str(tmp_path / "b" / "7-3"), os.getuid(), os.getgid())
