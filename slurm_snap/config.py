@@ -90,6 +90,10 @@ class SshConfig:
 class RestoreConfig:
     # Refuse a restore target outside the snapshot's site/region.
     enforce_residency: bool = False
+    # May a job's owner (not an operator) name the drill's --target? Off by
+    # default: the clone tools take paths, and a user who owns a parent of
+    # their target could swap it for a link mid-drill (SECURITY.md).
+    user_targets: bool = False
     site: str = ""
     region: str = ""
 

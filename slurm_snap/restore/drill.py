@@ -77,6 +77,9 @@ class Plan:
     snapshots: list
     live: list = field(default_factory=list)
     protected: list = field(default_factory=list)
+    # The configured restore_root must be ours alone; a target an operator or
+    # (when allowed) the owner names is theirs to vouch for.
+    base_must_be_ours: bool = True
 
 
 def parse_command(command: str) -> list[str]:
@@ -204,6 +207,10 @@ class Drill:
             live = repo.live_volume_paths()
             base = check_target(target or self.cfg.paths.restore_root, live, self.cfg, protected=protected)
             if target is not None and not is_operator(self.cfg, self.caller):
+                if not self.cfg.restore.user_targets:
+                    raise errors.PermissionDenied(
+                        why=f"restore target {target!r}: only operators choose a drill's target "
+                            f"(restore.user_targets = false); drills go to {self.cfg.paths.restore_root}")
                 check_caller_may_write(base, self.caller.uid, self.caller.name)
             check_residency(self.cfg, base, snapshots)
             deadline = float(deadline if deadline is not None else self.cfg.timeouts.restore)
@@ -211,7 +218,8 @@ class Drill:
                 raise errors.BadValueError(what="deadline", value=deadline, why="must be positive")
             return Plan(set_id=st.id, job_id=st.job_id, job_label=run.label, command=command, argv=argv,
                         deadline=deadline, base=base, checkpoint_step=st.checkpoint_step, owner=owner,
-                        creds=creds, snapshots=snapshots, live=live, protected=protected)
+                        creds=creds, snapshots=snapshots, live=live, protected=protected,
+                        base_must_be_ours=target is None)
 
     # -- the drill -------------------------------------------------------------
     def run(self, selector: str, *, command: str | None = None, deadline: float | None = None,
@@ -253,7 +261,8 @@ class Drill:
 
     def _drill(self, plan: Plan, out: Outcome, submit: bool, wait: bool = True) -> None:
         ns = out.namespace
-        marker_dir = nsmod.make_namespace(plan.base, ns, plan.creds.uid, plan.creds.gid)
+        marker_dir = nsmod.make_namespace(plan.base, ns, plan.creds.uid, plan.creds.gid,
+                                          base_must_be_ours=plan.base_must_be_ours)
         marker = os.path.join(marker_dir, nsmod.MARKER_FILE)
         state = {"version": 1, "set_id": plan.set_id, "test_id": out.test_id, "host": nsmod.this_host(),
                  "pid": os.getpid(), "started_at": utcnow().isoformat(), "clones": []}

@@ -63,7 +63,7 @@ def write_state(ns: str, state: dict) -> None:
     os.replace(tmp, path)
 
 
-def make_namespace(base: str, ns: str, uid: int, gid: int) -> str:
+def make_namespace(base: str, ns: str, uid: int, gid: int, *, base_must_be_ours: bool = False) -> str:
     """Create the namespace (refusing an existing one) and the owner's marker dir.
 
     `base` was checked after resolving symlinks; it is created without
@@ -75,6 +75,14 @@ def make_namespace(base: str, ns: str, uid: int, gid: int) -> str:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     parent, _made = open_dirs_nofollow(base, 0o755)
     try:
+        if base_must_be_ours:
+            # restore_root often sits in a sticky world-writable dir (/var/tmp):
+            # a user who created it first would own where root puts clones.
+            st = os.fstat(parent)
+            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                raise BadValueError(what="restore root", value=base,
+                                    why=f"is owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}; "
+                                        f"it must be owned by uid {os.geteuid()} and writable by it alone")
         name = os.path.basename(ns.rstrip("/"))
         os.mkdir(name, 0o755, dir_fd=parent)   # FileExistsError: never reuse a namespace
         nsfd = os.open(name, flags, dir_fd=parent)

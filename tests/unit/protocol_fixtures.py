@@ -66,7 +66,8 @@ class Env:
 
 def make_env(tmp_path, *, nodes=("n1", "n2"), allow_crash=True, local=True, shared=True,
              backend="test-copy", options=None, user="alice", uid=1000, record=True,
-             barrier=5.0, backend_call=5.0, job_id=JOB_ID, restart_count=0, recorded_nodes=None) -> Env:
+             barrier=5.0, backend_call=5.0, job_id=JOB_ID, restart_count=0, recorded_nodes=None,
+             extra: dict | None = None) -> Env:
     tmp = str(tmp_path)
     classes = []
     if local:
@@ -81,6 +82,7 @@ def make_env(tmp_path, *, nodes=("n1", "n2"), allow_crash=True, local=True, shar
         "protocol": {"allow_crash_consistent": allow_crash},
         "timeouts": {"barrier": barrier, "backend_call": backend_call, "hook_budget": 20.0},
         "volume_class": classes,
+        **(extra or {}),
     }
     cfg_path = f"{tmp}/slurm-snap.toml"
     with open(cfg_path, "w") as f:

@@ -42,8 +42,9 @@ OTHER_UID, OTHER = _account(["snapother", "daemon"], 1)
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    """A job of OWNER with one COMPLETE crash-consistent set, as root ran it."""
-    env = make_env(tmp_path, user=OWNER, uid=OWNER_UID)
+    """A job of OWNER with one COMPLETE crash-consistent set, as root ran it;
+    owners may name drill targets (restore.user_targets, off by default)."""
+    env = make_env(tmp_path, user=OWNER, uid=OWNER_UID, extra={"restore": {"user_targets": True}})
     out = Coordinator(env.cfg, env.inv, caller=ROOT).snapshot(env.job_id, consistency="crash")
     assert out.state == S.COMPLETE
     env.set_id = out.set_id
@@ -161,6 +162,19 @@ def test_owner_symlink_to_a_root_directory_is_resolved_and_refused(world, owner_
     err = capsys.readouterr().err
     assert rc == errors.PERMISSION and "may not write /root" in err
     assert not any(n.startswith(f"{world.set_id}-") for n in os.listdir("/root"))
+
+
+def test_owner_target_is_refused_unless_the_site_allows_it(tmp_path, monkeypatch, capsys):
+    env = make_env(tmp_path, user=OWNER, uid=OWNER_UID)
+    Coordinator(env.cfg, env.inv, caller=ROOT).snapshot(env.job_id, consistency="crash")
+    d = os.path.join(env.tmp, "mine")
+    os.mkdir(d, 0o755)
+    os.chown(d, OWNER_UID, OWNER_UID)
+    as_user(monkeypatch, OWNER_UID)
+    rc = main(["--config", env.cfg.path, "restore-test", str(env.job_id), "--command", "/bin/true", "--target", d])
+    err = capsys.readouterr().err
+    assert rc == errors.PERMISSION and "restore.user_targets = false" in err and repr(d) in err
+    assert os.listdir(d) == []
 
 
 def test_owner_may_restore_into_their_own_directory(world, owner_dir):

@@ -46,3 +46,23 @@ def test_base_swapped_for_a_symlink_after_the_check_is_refused(tmp_path):
 def test_namespace_must_be_directly_inside_its_base(tmp_path):
     with pytest.raises(errors.BadValueError, match="not directly inside"):
         nsmod.make_namespace(str(tmp_path / "a"), str(tmp_path / "b" / "7-3"), os.getuid(), os.getgid())
+
+
+@pytest.mark.parametrize("mode,owner", [(0o777, "self"), (0o775, "self"), (0o755, "other")])
+def test_restore_root_someone_else_could_write_is_refused(tmp_path, mode, owner):
+    base = tmp_path / "restore-root"
+    base.mkdir()
+    os.chmod(base, mode)
+    if owner == "other":
+        from realcomponents import require
+        require(os.geteuid() == 0, "needs root to give the directory away")
+        os.chown(base, 65534, 65534)
+    ns = nsmod.namespace_path(str(base), 7, 3)
+    with pytest.raises(errors.BadValueError, match="must be owned by uid"):
+        nsmod.make_namespace(str(base), ns, os.getuid(), os.getgid(), base_must_be_ours=True)
+    assert list(base.iterdir()) == []
+    os.chmod(base, 0o755)
+    if owner == "other":
+        os.chown(base, os.geteuid(), os.getegid())
+    nsmod.make_namespace(str(base), ns, os.getuid(), os.getgid(), base_must_be_ours=True)
+    assert os.path.isdir(ns)
