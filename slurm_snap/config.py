@@ -67,6 +67,10 @@ class TimeoutsConfig:
 @dataclass(frozen=True)
 class HooksConfig:
     failure_policy: str = "open"
+    # PrologSlurmctld records the job in a detached process so the job's
+    # launch does not wait for the inventory (hooks/detach.py). Ignored with
+    # failure_policy = "closed", which must see the recording succeed.
+    record_in_background: bool = True
 
 
 @dataclass(frozen=True)

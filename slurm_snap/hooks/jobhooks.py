@@ -30,6 +30,26 @@ PREEMPT_SLACK = 12
 
 
 def prolog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
+    """Validate in the foreground; record in a detached process (the job's
+    launch waits for this hook) unless the policy is closed (the job must not
+    start unrecorded) or the site turned it off."""
+    declared = parse_declaration(cfg, job.volumes)
+    specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
+    if cfg.hooks.record_in_background and cfg.hooks.failure_policy != "closed":
+        import sys
+
+        from .detach import spawn_detached
+
+        # -I: no current directory or PYTHON* variables on root's import path.
+        pid = spawn_detached([sys.executable, "-I", "-m", "slurm_snap", "--config", os.path.abspath(cfg.path),
+                              "hook", "prolog-slurmctld-record"], os.environ)
+        return f"recording {len(specs)} volumes on {len(job.nodes)} nodes in the background (pid {pid})"
+    return record_job(cfg, inv, job)
+
+
+def record_job(cfg: Config, inv, job: JobEnv) -> str:
+    """PrologSlurmctld's recording (also the hook `prolog-slurmctld-record`,
+    which the background process runs; idempotent, so an admin may rerun it)."""
     declared = parse_declaration(cfg, job.volumes)
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
     with inv.session() as repo:
@@ -158,5 +178,6 @@ HOOKS = {
     "prolog": prolog,
     "epilog": epilog,
     "prolog-slurmctld": prolog_slurmctld,
+    "prolog-slurmctld-record": record_job,
     "epilog-slurmctld": epilog_slurmctld,
 }

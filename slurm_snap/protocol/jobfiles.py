@@ -4,10 +4,8 @@ link-refusing writer are hooks.barrierdir's, so both sides agree."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import pwd
-import threading
 from dataclasses import dataclass
 
 from ..client.ack import check_name
@@ -44,34 +42,8 @@ def ensure(barrier_dir: str, job_id: int, uid: int) -> JobDirs:
     return JobDirs(job=jd, ack=ack, release=release, gid=gid)
 
 
-def write_visible(directory: str, name: str, data: dict, *, gid: int | None, mode: int = 0o640) -> str:
-    """Atomically replace `directory/name`, never following a link, WITHOUT fsync.
-
-    request.json and release/<epoch> are signals between live processes: they
-    must be visible at once (rename gives that, also on a network
-    filesystem), not survive a power cut -- after a crash of this host the
-    request is void and repair writes the release again. An fsync here would
-    sit on the critical path of every rank.
-    """
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dfd)
-        try:
-            os.write(fd, json.dumps(data, sort_keys=True).encode() + b"\n")
-            if gid is not None and os.geteuid() == 0:
-                os.fchown(fd, -1, gid)
-            os.fchmod(fd, mode)
-        finally:
-            os.close(fd)
-        try:
-            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            os.unlink(tmp, dir_fd=dfd)
-            raise
-    finally:
-        os.close(dfd)
-    return os.path.join(directory, name)
+# One writer for both sides of the barrier directory.
+write_visible = barrierdir.write_json
 
 
 def _iso(t: dt.datetime | None) -> str | None:

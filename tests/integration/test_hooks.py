@@ -46,11 +46,22 @@ def _drained(cluster) -> list[str]:
     return [ln for ln in out if ln.strip() and ln.split()[1].startswith(("drain", "drng", "down"))]
 
 
+def _wait_recorded(inv, jid: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with inv.session() as repo:
+            if repo.find_job_run(jid) is not None:
+                return
+        assert time.monotonic() < deadline, f"job {jid} not recorded within {timeout:g} s"
+        time.sleep(0.1)
+
+
 def test_opted_in_job_records_every_volume_on_every_node(cluster):
     cfg, inv = _inventory(cluster)
     jid = cluster.sbatch("-N3", "--snapshot-volumes=scratch,pfs", "-o", "/dev/null",
                          "--wrap", "srun /bin/true")
     _wait_done(cluster, jid)
+    _wait_recorded(inv, jid)   # PrologSlurmctld records in the background (the default)
     with inv.session() as repo:
         run = repo.job_run(jid)
         vols = repo.volumes(run)

@@ -51,7 +51,15 @@ def test_many_jobs_opting_in_at_once(cluster):
     # every job ran to the end
     not_done = [j for j in ids if not (out / f"{j}.out").exists() or (out / f"{j}.out").read_text().strip() != "done"]
     assert not_done == [], f"jobs without output: {not_done}"
-    # every run and its volume is recorded and prepared, on the node it ran on
+    # every run and its volume is recorded (PrologSlurmctld records in the
+    # background: give the last recorders a moment) and prepared, on the node it ran on
+    deadline = time.monotonic() + 60
+    while True:
+        with inv.session() as repo:
+            missing = [j for j in ids if repo.find_job_run(j) is None]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     with inv.session() as repo:
         for jid in ids:
             run = repo.job_run(jid)

@@ -32,9 +32,12 @@ UNREACHABLE = {
 }
 
 
-def write_cfg(tmp_path, url, policy="open", busy=30.0) -> str:
+def write_cfg(tmp_path, url, policy="open", busy=30.0, background=False) -> str:
+    """Hooks record in the foreground unless `background`: these tests watch
+    the recording's own failure handling (the background path has its own tests)."""
     p = tmp_path / f"c-{policy}.toml"
     p.write_text(f"[inventory]\nurl = '{url}'\nbusy_timeout = {busy}\n[hooks]\nfailure_policy = '{policy}'\n"
+                 f"record_in_background = {'true' if background else 'false'}\n"
                  f"[paths]\nlog_dir = '{tmp_path}/log'\nbarrier_dir = '{tmp_path}/barriers'\n"
                  f"[timeouts]\nhook_budget = 20\n")
     return str(p)
@@ -171,3 +174,59 @@ def test_lock_shorter_than_busy_timeout_is_waited_out(tmp_path, monkeypatch, cap
     assert 0.5 < time.monotonic() - t0 < 8
     assert recorded(url) == ([10, 55], ["/x/jobs/10"])
     assert hook_log(tmp_path)[-1]["status"] == "ok"
+
+
+# ---- PrologSlurmctld recording in the background (the default) ----------------------------
+def _wait_for(pred, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "background recorder did not finish"
+        time.sleep(0.05)
+
+
+def test_background_recording_lands_after_the_hook_returned(tmp_path, monkeypatch, capsys):
+    url = f"sqlite:///{tmp_path}/inv.db"
+    cfg = write_cfg(tmp_path, url, background=True)
+    assert main(["--config", cfg, "db", "upgrade"]) == 0
+    hook_env(monkeypatch, volumes="")
+    assert main(["--config", cfg, "hook", "prolog-slurmctld"]) == 0
+    first = hook_log(tmp_path)[0]
+    assert first["hook"] == "prolog-slurmctld" and "in the background (pid" in first["message"]
+    _wait_for(lambda: any(r["hook"] == "prolog-slurmctld-record" for r in hook_log(tmp_path)))
+    rec = [r for r in hook_log(tmp_path) if r["hook"] == "prolog-slurmctld-record"]
+    assert rec[0]["status"] == "ok" and rec[0]["pid"] != first["pid"]
+    inv = Inventory(url)
+    with inv.session() as repo:
+        assert repo.job_run(55).nodes == ["n1", "n2"]
+    inv.dispose()
+
+
+def test_background_recording_failure_is_logged_and_the_hook_still_exits_0(tmp_path, monkeypatch, capsys):
+    url, named = UNREACHABLE["closed-port"]
+    cfg = write_cfg(tmp_path, url, background=True)
+    hook_env(monkeypatch)
+    assert main(["--config", cfg, "hook", "prolog-slurmctld"]) == 0
+    _wait_for(lambda: any(r["hook"] == "prolog-slurmctld-record" for r in hook_log(tmp_path)))
+    rec = [r for r in hook_log(tmp_path) if r["hook"] == "prolog-slurmctld-record"]
+    assert rec[0]["status"] == "failed" and named in rec[0]["message"] and "s3cret" not in rec[0]["message"]
+
+
+def test_closed_policy_records_in_the_foreground_even_when_background_is_on(tmp_path, monkeypatch, capsys):
+    url, named = UNREACHABLE["closed-port"]
+    cfg = write_cfg(tmp_path, url, policy="closed", background=True)
+    hook_env(monkeypatch)
+    assert main(["--config", cfg, "hook", "prolog-slurmctld"]) == 1
+    assert named in capsys.readouterr().err
+    time.sleep(0.5)  # a background recorder, had one started, would have logged by now
+    assert {r["hook"] for r in hook_log(tmp_path)} == {"prolog-slurmctld"}
+
+
+def test_bad_declaration_fails_in_the_foreground(tmp_path, monkeypatch, capsys):
+    cfg = write_cfg(tmp_path, f"sqlite:///{tmp_path}/inv.db", background=True)
+    hook_env(monkeypatch, volumes="nosuchclass")
+    assert main(["--config", cfg, "hook", "prolog-slurmctld"]) == 0      # policy open
+    assert "'nosuchclass'" in capsys.readouterr().err
+    time.sleep(0.5)
+    log = hook_log(tmp_path)
+    assert log[0]["status"] == "failed" and "'nosuchclass'" in log[0]["message"]
+    assert {r["hook"] for r in log} == {"prolog-slurmctld"}              # no recorder was started
