@@ -123,9 +123,7 @@ def main(argv=None) -> int:
     trials = args.trials or (4 if args.quick else 30)
     print("barrier detection latency (the coordinator's wait_for_barrier)", flush=True)
     rows = bench(args.nodes, trials)
-    common.print_rows(rows)
-    common.write_rows(args.json, rows)
-    return 0
+    return common.finish(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -124,6 +124,21 @@ def print_rows(rows: list[Row]) -> None:
               flush=True)
 
 
+def finish(json_path: str | None, rows: list[Row], unavailable: list[tuple[str, str]] = (),
+           notes: list[str] = ()) -> int:
+    """Every benchmark's ending: print its rows, notes and what was not
+    available, hand them to benchmarks/run as JSON; the exit status."""
+    print_rows(rows)
+    for n in notes:
+        print(f"  note: {n}")
+    for case, why in unavailable:
+        print(f"  {case}: not available: {why}")
+    if notes and rows:
+        rows[-1].note += "; " + "; ".join(notes)
+    write_rows(json_path, rows, unavailable)
+    return 0
+
+
 def run(argv: list[str], timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     """argv only, no shell; stdin closed; raises on a non-zero exit with stderr."""
     proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, **kw)

@@ -168,15 +168,7 @@ def main(argv=None) -> int:
         rows, notes = bench(small, big, args.quick)
     except Unavailable as exc:
         unavailable.append(("btrfs cut", str(exc)))
-    common.print_rows(rows)
-    for n in notes:
-        print(f"  note: {n}")
-    for case, why in unavailable:
-        print(f"  {case}: not available: {why}")
-    if notes and rows:
-        rows[-1].note += "; " + "; ".join(notes)
-    common.write_rows(args.json, rows, unavailable)
-    return 0
+    return common.finish(args.json, rows, unavailable, notes)
 
 
 if __name__ == "__main__":

@@ -185,11 +185,7 @@ def main(argv=None) -> int:
             unavailable.append(("end to end", str(exc)))
         except Exception as exc:  # the protocol or cluster misbehaving is a finding, not a crash
             unavailable.append(("end to end", f"{type(exc).__name__}: {exc}"))
-    common.print_rows(rows)
-    for case, why in unavailable:
-        print(f"  {case}: not available: {why}")
-    common.write_rows(args.json, rows, unavailable)
-    return 0
+    return common.finish(args.json, rows, unavailable)
 
 
 if __name__ == "__main__":

@@ -293,11 +293,7 @@ def main(argv=None) -> int:
         except Exception as exc:  # a broken cluster is a reason to report, not a crash of the suite
             unavailable.append(("cluster job latency", f"{type(exc).__name__}: {exc}"))
     print("hook cost on the job start path (medians)")
-    common.print_rows(rows)
-    for case, why in unavailable:
-        print(f"  {case}: not available: {why}")
-    common.write_rows(args.json, rows, unavailable)
-    return 0
+    return common.finish(args.json, rows, unavailable)
 
 
 if __name__ == "__main__":

@@ -223,11 +223,7 @@ def main(argv=None) -> int:
                 cleanup()
         except Unavailable as exc:
             unavailable.append(("PostgreSQL", str(exc)))
-    common.print_rows(rows)
-    for case, why in unavailable:
-        print(f"  {case}: not available: {why}")
-    common.write_rows(args.json, rows, unavailable)
-    return 0
+    return common.finish(args.json, rows, unavailable)
 
 
 if __name__ == "__main__":
