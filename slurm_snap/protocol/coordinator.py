@@ -255,15 +255,37 @@ class Coordinator:
         t = time.monotonic()
         with self.inv.session() as repo:
             st = repo.get_set(out.set_id, lock=True)
-            if st.state != S.CUTTING:  # repair labelled it meanwhile: our snapshots are its orphans
-                raise InvalidTransition(set_id=out.set_id, old=st.state, new=S.CUT)
-            repo.record_parts(out.set_id, [part_row(r, self.clock) for r in results])
-            self.hook("record")  # inside the transaction: a crash here records nothing
-            repo.transition(out.set_id, S.CUT, at=self.clock())
+            if st.state != S.CUTTING:
+                # Repair labelled the set meanwhile (its deadline passed) and
+                # already removed the orphans it could see; what we cut after
+                # that is recorded nowhere, so it is ours to remove.
+                labelled, kept = st.state, {x.name for x in repo.snapshots(out.set_id, include_deleted=True)}
+                repo.event("snapshot", f"set {out.set_id} was labelled {labelled} by repair while cutting; "
+                           "removing the snapshots cut since", job_id=job_id, set_id=out.set_id, level="error")
+            else:
+                labelled = None
+                repo.record_parts(out.set_id, [part_row(r, self.clock) for r in results])
+                self.hook("record")  # inside the transaction: a crash here records nothing
+                repo.transition(out.set_id, S.CUT, at=self.clock())
+        if labelled is not None:
+            self._remove_unrecorded(pool, results, kept)
+            raise InvalidTransition(set_id=out.set_id, old=labelled, new=S.CUT)
         out.state = S.CUT
         out.phases["record_parts"] = time.monotonic() - t
         self.hook("recorded")
         return results, outside
+
+    @staticmethod
+    def _remove_unrecorded(pool, results, recorded_names: set[str]) -> None:
+        """Best effort: delete what this process cut that no inventory row names.
+        Coalesced (shared) snapshots may serve other sets: never touched here."""
+        for r in results:
+            if not r.ok or r.ref is None or r.shared_key or r.name in recorded_names:
+                continue
+            try:
+                pool.backend_for(r.volume).delete(r.ref)
+            except Exception as exc:  # left for an operator: the log names it
+                log.error("set: could not remove unrecorded snapshot %s (%s): %s", r.name, r.ref.ref, exc)
 
     def _mark_cutting(self, set_id: int, collector, cut_started: dt.datetime) -> None:
         with self.inv.session() as repo:

@@ -264,3 +264,27 @@ def test_cli_bad_deadline_is_a_usage_error(tmp_path, capsys):
     env = make_env(tmp_path)
     rc = main(["--config", env.cfg.path, "snapshot", str(env.job_id), "--deadline", "-1"])
     assert rc == errors.USAGE
+
+
+def test_snapshots_cut_after_repair_labelled_the_set_are_removed(tmp_path):
+    """The coordinator outlived its set's deadline: repair labelled the set
+    (and removed the orphans it saw) while the volumes were being cut. What
+    the coordinator cut is recorded nowhere, so it removes it itself."""
+    env = make_env(tmp_path)
+
+    def repair_meanwhile(phase):
+        if phase == "cut":  # every volume cut, nothing recorded yet
+            with env.inv.session() as repo:
+                st = repo.sets_of_job(env.job_id)[-1]
+                repo.transition(st.id, S.FAILED, reason="repair: deadline passed")
+
+    c = coord(env, hook=repair_meanwhile)
+    with pytest.raises(errors.InvalidTransition):
+        c.snapshot(env.job_id, consistency="crash")
+    snapdirs = [os.path.join(os.path.dirname(p), ".snapshots") for p in [*env.local_paths.values(), env.shared_path]]
+    left = [n for d in snapdirs if os.path.isdir(d) for n in os.listdir(d) if n.startswith("slurm-snap-")]
+    assert left == []
+    with env.inv.session() as repo:
+        st = repo.sets_of_job(env.job_id)[-1]
+        assert st.state == S.FAILED and repo.snapshots(st.id) == []
+        assert any("labelled FAILED by repair while cutting" in e.message for e in repo.events(job_id=env.job_id))
