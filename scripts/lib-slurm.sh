@@ -142,9 +142,16 @@ install_slurm_snap() {
 		"$REPO/etc/cli_filter.lua" >"$STATE/etc/cli_filter.lua"
 	chmod 0644 "$STATE/etc/plugstack.conf" "$STATE/etc/cli_filter.lua"
 	install -d -m 0755 "$STATE/$LIBEXEC_REL"
+	# PrologSlurmctld records in the background unless the config forbids it.
+	record=foreground
+	if [ "$("$HELPER" --config "$SNAP_CONFIG" config get hooks.failure_policy)" != closed ] &&
+		[ "$("$HELPER" --config "$SNAP_CONFIG" config get hooks.record_in_background)" = true ]; then
+		record=background
+	fi
 	for f in "$REPO"/prolog/slurm-snap-* "$REPO"/epilog/slurm-snap-*; do
 		name=$(basename "$f")
-		sed -e "s|^HELPER=.*|HELPER=$HELPER|" -e "s|^CONFIG=.*|CONFIG=$SNAP_CONFIG|" "$f" >"$STATE/$LIBEXEC_REL/$name.new"
+		sed -e "s|^HELPER=.*|HELPER=$HELPER|" -e "s|^CONFIG=.*|CONFIG=$SNAP_CONFIG|" \
+			-e "s|^RECORD=.*|RECORD=$record|" "$f" >"$STATE/$LIBEXEC_REL/$name.new"
 		chmod 0755 "$STATE/$LIBEXEC_REL/$name.new"
 		mv "$STATE/$LIBEXEC_REL/$name.new" "$STATE/$LIBEXEC_REL/$name"
 	done

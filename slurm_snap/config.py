@@ -72,6 +72,10 @@ class HooksConfig:
     # failure_policy = "closed", which must see the recording succeed.
     record_in_background: bool = True
 
+    @property
+    def records_in_background(self) -> bool:
+        return self.record_in_background and self.failure_policy != "closed"
+
 
 @dataclass(frozen=True)
 class AccessConfig:

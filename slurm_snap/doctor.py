@@ -87,6 +87,19 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
     return out
 
 
+def check_entry_point(cfg: Config, path: str, text: str | None) -> list[Finding]:
+    """The PrologSlurmctld entry point records in the background only if the
+    configuration allows it (policy `closed` must record before the launch)."""
+    if text is None:
+        return [Finding(False, f"PrologSlurmctld entry point {path} readable", f"install {path} (etc/README.md)")]
+    m = re.search(r"^RECORD=(\S+)", text, re.M)
+    mode = m.group(1) if m else "foreground"
+    want = "background" if cfg.hooks.records_in_background else "foreground"
+    return [Finding(mode == want, f"PrologSlurmctld entry point records in the {want} (RECORD={mode})",
+                    f"set RECORD={want} in {path} (failure_policy {cfg.hooks.failure_policy!r}, "
+                    f"record_in_background {str(cfg.hooks.record_in_background).lower()})")]
+
+
 def check_local(cfg: Config) -> list[Finding]:
     """slurm-snap's own side: inventory, backends' tools."""
     out: list[Finding] = []

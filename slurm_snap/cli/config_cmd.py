@@ -1,4 +1,5 @@
-"""`slurm-snap config check`: validate the file and print the effective configuration."""
+"""`slurm-snap config check`: validate the file and print the effective configuration;
+`slurm-snap config get KEY`: one effective value, for install scripts."""
 from __future__ import annotations
 
 import json
@@ -54,3 +55,20 @@ def check(ctx, path, as_json, tools):
         click.echo(f"[{section}]")
         for k, v in values.items():
             click.echo(f"  {k} = {json.dumps(v)}")
+
+
+@command.command("get")
+@click.argument("key")
+@click.pass_obj
+def get(ctx, key):
+    """Print one effective value, e.g. `hooks.failure_policy` (booleans as true/false)."""
+    data = config_mod.as_dict(config_mod.load(ctx.config_path))
+    section, _, name = key.partition(".")
+    values = data.get(section)
+    if not name or not isinstance(values, dict) or name not in values:
+        raise errors.BadValueError(what="configuration key", value=key,
+                                   why="expected SECTION.KEY of a scalar setting, e.g. hooks.failure_policy")
+    value = values[name]
+    if isinstance(value, (dict, list, tuple)):
+        raise errors.BadValueError(what="configuration key", value=key, why="is not a scalar setting")
+    click.echo(json.dumps(value) if isinstance(value, bool) else str(value))

@@ -24,6 +24,14 @@ def command(ctx, no_slurm):
         except OSError:
             text = None
         findings += doctor.check_slurm(cfg, slurm, parts, text)
+        entry = slurm.get("PrologSlurmctld", "").split()
+        if entry and "slurm-snap-prolog-slurmctld" in entry[0]:
+            try:
+                with open(entry[0], encoding="utf-8", errors="replace") as fh:
+                    script = fh.read()
+            except OSError:
+                script = None
+            findings += doctor.check_entry_point(cfg, entry[0], script)
     findings += doctor.check_local(cfg)
     bad = 0
     for f in findings:

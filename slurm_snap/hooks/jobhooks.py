@@ -35,7 +35,7 @@ def prolog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
     start unrecorded) or the site turned it off."""
     declared = parse_declaration(cfg, job.volumes)
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
-    if cfg.hooks.record_in_background and cfg.hooks.failure_policy != "closed":
+    if cfg.hooks.records_in_background:
         import sys
 
         from .detach import spawn_detached

@@ -95,6 +95,12 @@ ENTRY_POINTS = {
     "epilog/slurm-snap-epilog": "epilog",
     "epilog/slurm-snap-epilog-slurmctld": "epilog-slurmctld",
 }
+# PrologSlurmctld's entry point as installed: RECORD=background (the default)
+# hands the recording to a detached helper; foreground runs the hook itself.
+CASES = [(rel, hook, None) for rel, hook in sorted(ENTRY_POINTS.items()) if hook != "prolog-slurmctld"] + [
+    ("prolog/slurm-snap-prolog-slurmctld", "prolog-slurmctld-record", "background"),
+    ("prolog/slurm-snap-prolog-slurmctld", "prolog-slurmctld", "foreground"),
+]
 
 # Stands in for the helper: records its argv and what its stdin is.
 RECORDER = """#!/bin/sh
@@ -103,29 +109,37 @@ printf '%s\\n' "$@" > "$0.argv"
 """
 
 
-def install_entry_point(rel: str, dest: Path, helper: str, config: str) -> Path:
-    """The install step etc/README.md gives admins: copy, rewrite HELPER= and CONFIG=."""
+def install_entry_point(rel: str, dest: Path, helper: str, config: str, record: str | None = None) -> Path:
+    """The install step etc/README.md gives admins: copy, rewrite HELPER=, CONFIG= (and RECORD=)."""
     text = (REPO / rel).read_text()
     text = re.sub(r"^HELPER=.*$", f"HELPER={helper}", text, flags=re.M)
     text = re.sub(r"^CONFIG=.*$", f"CONFIG={config}", text, flags=re.M)
+    if record:
+        text, n = re.subn(r"^RECORD=.*$", f"RECORD={record}", text, flags=re.M)
+        assert n == 1, rel
     path = dest / Path(rel).name
     path.write_text(text)
     path.chmod(0o755)
     return path
 
 
-@pytest.mark.parametrize("rel, hook", sorted(ENTRY_POINTS.items()))
-def test_entry_point_execs_helper_only_for_opted_in_jobs(tmp_path, rel, hook):
+@pytest.mark.parametrize("rel, hook, record", CASES)
+def test_entry_point_execs_helper_only_for_opted_in_jobs(tmp_path, rel, hook, record):
     helper = tmp_path / "helper"
     helper.write_text(RECORDER)
     helper.chmod(0o755)
-    script = install_entry_point(rel, tmp_path, str(helper), "/site/slurm-snap.toml")
+    script = install_entry_point(rel, tmp_path, str(helper), "/site/slurm-snap.toml", record)
     # Hooks run without PATH: the script must not need one.
     quiet = subprocess.run([str(script)], env={"SLURM_JOB_ID": "7"}, capture_output=True, timeout=10)
+    time.sleep(0.3 if record == "background" else 0)   # a detached helper, had one started, would have run
     assert quiet.returncode == 0 and not Path(f"{helper}.argv").exists()
     opted = subprocess.run([str(script)], env={"SPANK_SLURM_SNAP": "1", "SLURM_JOB_ID": "7"},
                            stdin=subprocess.PIPE, capture_output=True, timeout=10)
     assert opted.returncode == 0, opted.stderr
+    deadline = time.monotonic() + 10   # background: the helper runs after the entry point exited
+    while not Path(f"{helper}.stdin").exists() or not Path(f"{helper}.stdin").read_text():
+        assert time.monotonic() < deadline, "helper never ran"
+        time.sleep(0.05)
     assert Path(f"{helper}.argv").read_text().split("\n")[:4] == ["--config", "/site/slurm-snap.toml", "hook", hook]
     assert Path(f"{helper}.stdin").read_text().strip() == "/dev/null"
 
@@ -147,6 +161,8 @@ def test_cluster_hooks_are_installed_with_absolute_paths(cluster):
         text = installed.read_text()
         assert f"HELPER={cluster.env['SLURM_SNAP_HELPER']}\n" in text
         assert f"CONFIG={cluster.env['SLURM_SNAP_CONFIG']}\n" in text
+        if hook == "prolog-slurmctld":  # the dev config: policy open, record_in_background on
+            assert "\nRECORD=background\n" in text
 
 
 # --- preemption ---------------------------------------------------------

@@ -122,3 +122,42 @@ def test_config_check_tools_names_missing_tool(write_config, tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == errors.CONFIG, err
     assert "'zfs'" in err and "not found" in err
+
+
+@pytest.mark.parametrize("text,key,value", [
+    ("", "hooks.failure_policy", "open"),
+    ("[hooks]\nfailure_policy='closed'\n", "hooks.failure_policy", "closed"),
+    ("", "hooks.record_in_background", "true"),
+    ("[hooks]\nrecord_in_background=false\n", "hooks.record_in_background", "false"),
+    ("", "timeouts.barrier", "60.0"),
+])
+def test_cli_config_get_prints_one_value(write_config, capsys, text, key, value):
+    path = write_config(text)
+    assert main(["--config", path, "config", "get", key]) == 0
+    assert capsys.readouterr().out == value + "\n"
+
+
+@pytest.mark.parametrize("key", ["hooks", "hooks.nope", "nope.x", "volume_class.name", "paths.allowed_roots"])
+def test_cli_config_get_refuses_what_is_not_one_scalar_setting(write_config, capsys, key):
+    path = write_config("")
+    assert main(["--config", path, "config", "get", key]) == errors.USAGE
+    assert repr(key) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,policy,background,want", [
+    ("RECORD=background\n", "open", True, True),
+    ("RECORD=foreground\n", "open", True, False),
+    ("RECORD=background\n", "closed", True, False),
+    ("RECORD=foreground\n", "closed", True, True),
+    ("RECORD=background\n", "open", False, False),
+    ("# no RECORD line: an old entry point records in the foreground\n", "open", True, False),
+])
+def test_doctor_checks_the_prolog_slurmctld_entry_point_agrees(write_config, text, policy, background, want):
+    from slurm_snap import doctor
+
+    cfg = config.load(write_config(f"[hooks]\nfailure_policy='{policy}'\n"
+                                   f"record_in_background={'true' if background else 'false'}\n"))
+    (finding,) = doctor.check_entry_point(cfg, "/x/slurm-snap-prolog-slurmctld", "#!/bin/sh\n" + text)
+    assert finding.ok is want
+    if not want:
+        assert "/x/slurm-snap-prolog-slurmctld" in finding.fix and "RECORD=" in finding.fix
