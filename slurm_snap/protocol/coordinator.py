@@ -106,7 +106,11 @@ class Coordinator:
         with self.inv.session() as repo:
             run = repo.find_job_run(job_id)
             if run is None:
-                raise NotFound(what="job", value=str(job_id))
+                # PrologSlurmctld records after the launch: a job started a
+                # moment ago may not be there yet.
+                raise NotFound(f"job {job_id} not found in the inventory: it used no slurm-snap option, or "
+                               "it started less than a second ago and PrologSlurmctld is still recording it "
+                               "(hooks.log: prolog-slurmctld-record)", what="job", value=str(job_id))
             access.require_owner_or_operator(self.cfg, caller, owner_uid=run.uid, owner_name=run.user_name,
                                              what=f"job {job_id}")
             run = repo.lock_job_run(run.id)

@@ -222,8 +222,11 @@ def test_only_owner_or_operator_may_snapshot(tmp_path):
 
 def test_unknown_job_is_not_found(tmp_path):
     env = make_env(tmp_path)
-    with pytest.raises(errors.NotFound):
+    with pytest.raises(errors.NotFound) as exc:
         coord(env).snapshot(999)
+    # the message says why a running job may be missing: its recording follows the launch
+    assert "job 999 not found" in str(exc.value) and "prolog-slurmctld-record" in str(exc.value)
+    assert exc.value.exit_code == errors.NOT_FOUND
 
 
 def test_signal_failure_is_recorded_and_the_set_labelled_honestly(tmp_path):
