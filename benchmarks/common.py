@@ -14,7 +14,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
@@ -182,37 +181,15 @@ def machine_info() -> dict:
 @contextlib.contextmanager
 def loop_btrfs(size_bytes: int, *, prefix: str = "bench-btrfs-", base: str = "/var/tmp") -> Iterator[str]:
     """A fresh btrfs on a sparse image in a temp dir under `base`, mounted;
-    yields the mount point. Unmounts, detaches the loop device we attached and
-    removes the directory on the way out, whatever happened."""
-    if os.geteuid() != 0:
-        raise Unavailable("loop-device btrfs needs root")
-    if not os.path.exists("/dev/loop-control"):
-        raise Unavailable("no /dev/loop-control: kernel without loop devices")
-    mkfs, losetup, mount, umount = (which(t) for t in ("mkfs.btrfs", "losetup", "mount", "umount"))
-    tmp = tempfile.mkdtemp(prefix=prefix, dir=base)
-    image, mnt = os.path.join(tmp, "image"), os.path.join(tmp, "mnt")
-    os.mkdir(mnt)
-    device = None
-    mounted = False
-    try:
-        with open(image, "wb") as f:
-            f.truncate(size_bytes)
-        run([mkfs, "-q", "-f", image])
-        device = run([losetup, "--find", "--show", image]).stdout.strip()
-        run([mount, "-t", "btrfs", device, mnt])
-        mounted = True
-        yield mnt
-    finally:
-        if mounted:
-            for _ in range(50):
-                if subprocess.run([umount, mnt], capture_output=True, timeout=60).returncode == 0:
-                    break
-                time.sleep(0.1)  # a child we ran may hold a file for a moment
-            else:
-                subprocess.run([umount, "-l", mnt], capture_output=True, timeout=60)
-        if device:
-            subprocess.run([losetup, "-d", device], capture_output=True, timeout=60)
-        shutil.rmtree(tmp, ignore_errors=True)
+    yields the mount point. The same loop-device code as the tests
+    (tests/loopfs.py): torn down on the way out, whatever happened."""
+    from tests import loopfs
+
+    why = loopfs.missing("btrfs")
+    if why:
+        raise Unavailable(why)
+    with loopfs.mounted("btrfs", size_bytes, prefix=prefix, base=base) as fs:
+        yield fs.mountpoint
 
 
 def standard_args(parser) -> None:

@@ -67,9 +67,9 @@ class TimeoutsConfig:
 @dataclass(frozen=True)
 class HooksConfig:
     failure_policy: str = "open"
-    # PrologSlurmctld records the job in a detached process so the job's
-    # launch does not wait for the inventory (hooks/detach.py). Ignored with
-    # failure_policy = "closed", which must see the recording succeed.
+    # PrologSlurmctld's entry point records the job after handing the launch
+    # back (RECORD=background, written by the install step from this and the
+    # policy): "closed" must see the recording succeed before the launch.
     record_in_background: bool = True
 
     @property

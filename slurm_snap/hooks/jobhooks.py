@@ -29,27 +29,14 @@ log = logging.getLogger(__name__)
 PREEMPT_SLACK = 12
 
 
-def prolog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
-    """Validate in the foreground; record in a detached process (the job's
-    launch waits for this hook) unless the policy is closed (the job must not
-    start unrecorded) or the site turned it off."""
-    declared = parse_declaration(cfg, job.volumes)
-    specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
-    if cfg.hooks.records_in_background:
-        import sys
-
-        from .detach import spawn_detached
-
-        # -I: no current directory or PYTHON* variables on root's import path.
-        pid = spawn_detached([sys.executable, "-I", "-m", "slurm_snap", "--config", os.path.abspath(cfg.path),
-                              "hook", "prolog-slurmctld-record"], os.environ)
-        return f"recording {len(specs)} volumes on {len(job.nodes)} nodes in the background (pid {pid})"
-    return record_job(cfg, inv, job)
-
-
 def record_job(cfg: Config, inv, job: JobEnv) -> str:
-    """PrologSlurmctld's recording (also the hook `prolog-slurmctld-record`,
-    which the background process runs; idempotent, so an admin may rerun it)."""
+    """PrologSlurmctld's work: record the job run and every volume (idempotent).
+
+    Two names: `prolog-slurmctld` is what the entry point runs before the
+    launch (RECORD=foreground: policy closed, the job must not start
+    unrecorded); `prolog-slurmctld-record` is what it starts with `setsid -f`
+    after handing the launch back (RECORD=background, the default), so the
+    launch waits for no Python (prolog/slurm-snap-prolog-slurmctld)."""
     declared = parse_declaration(cfg, job.volumes)
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
     with inv.session() as repo:
@@ -177,7 +164,7 @@ def epilog(cfg: Config, inv, job: JobEnv) -> str:
 HOOKS = {
     "prolog": prolog,
     "epilog": epilog,
-    "prolog-slurmctld": prolog_slurmctld,
+    "prolog-slurmctld": record_job,
     "prolog-slurmctld-record": record_job,
     "epilog-slurmctld": epilog_slurmctld,
 }

@@ -42,17 +42,13 @@ def ensure(barrier_dir: str, job_id: int, uid: int) -> JobDirs:
     return JobDirs(job=jd, ack=ack, release=release, gid=gid)
 
 
-# One writer for both sides of the barrier directory.
-write_visible = barrierdir.write_json
-
-
 def _iso(t: dt.datetime | None) -> str | None:
     return t.isoformat(timespec="microseconds") if t is not None else None
 
 
 def write_request(dirs: JobDirs, *, job_id: int, epoch: str, requested_at: dt.datetime,
                   deadline: dt.datetime) -> str:
-    return write_visible(dirs.job, "request.json", {
+    return barrierdir.write_json(dirs.job, "request.json", {
         "job_id": str(job_id), "epoch": check_name("epoch", epoch),
         "requested_at": _iso(requested_at), "deadline": _iso(deadline)}, gid=dirs.gid)
 
@@ -60,7 +56,7 @@ def write_request(dirs: JobDirs, *, job_id: int, epoch: str, requested_at: dt.da
 def write_release(dirs: JobDirs, *, epoch: str, set_id: int | None, state: str, consistency: str) -> str:
     """Thaw: the ranks waiting for this epoch continue. Idempotent."""
     name = check_name("epoch", epoch)
-    return write_visible(dirs.release, name, {
+    return barrierdir.write_json(dirs.release, name, {
         "epoch": name, "set_id": set_id, "state": state, "consistency": consistency}, gid=dirs.gid)
 
 

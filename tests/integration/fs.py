@@ -17,87 +17,26 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import loopfs
 import pytest
+from loopfs import SBIN, LoopFs, which  # noqa: F401  (re-exported for the tests)
+# One rule for every real component: fail under CI, skip locally (re-exported for the tests).
+from realcomponents import require  # noqa: F401
 
-SBIN = "/usr/sbin:/usr/bin:/sbin:/bin"
-MKFS = {
-    "btrfs": ["mkfs.btrfs", "-q", "-f"],
-    # reflink is the point of this filesystem for us; crc is required by reflink.
-    "xfs": ["mkfs.xfs", "-q", "-f", "-m", "crc=1,reflink=1"],
-}
 IMAGE_MB = {"btrfs": 256, "xfs": 320}  # mkfs.xfs in xfsprogs >= 5.19 refuses < 300 MB
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
-def require(ok: bool, what: str) -> None:
-    """Fail (CI) or skip (locally) when a real component is missing."""
-    if ok:
-        return
-    if in_ci():
-        pytest.fail(f"CI=true and {what}: a missing real component is a failure here, not a skip")
-    pytest.skip(what)
-
-
-def which(tool: str) -> str | None:
-    return shutil.which(tool, path=SBIN)
 
 
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=True, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-@dataclass
-class LoopFs:
-    fstype: str
-    image: str
-    device: str
-    mountpoint: str
-
-
 @contextlib.contextmanager
 def loop_filesystem(fstype: str):
     """A fresh `fstype` on a sparse image, mounted in a temp dir; always cleaned up."""
-    require(os.geteuid() == 0, "loop-device filesystems need root")
-    for tool in (MKFS[fstype][0], "losetup", "mount", "umount"):
-        require(which(tool) is not None, f"{tool} not installed (needed for {fstype} on loop)")
-    require(os.path.exists("/dev/loop-control"), "no /dev/loop-control: kernel without loop devices")
-    tmp = tempfile.mkdtemp(prefix=f"slurm-snap-{fstype}-")
-    image, mnt = os.path.join(tmp, "image"), os.path.join(tmp, "mnt")
-    os.mkdir(mnt)
-    device = None
-    mounted = False
-    try:
-        with open(image, "wb") as f:
-            f.truncate(IMAGE_MB[fstype] << 20)
-        _run([which(MKFS[fstype][0]), *MKFS[fstype][1:], image])
-        device = _run([which("losetup"), "--find", "--show", image]).stdout.decode().strip()
-        _run([which("mount"), "-t", fstype, device, mnt])
-        mounted = True
-        yield LoopFs(fstype, image, device, mnt)
-    finally:
-        if mounted:
-            _unmount(mnt)
-        if device:
-            subprocess.run([which("losetup"), "-d", device], capture_output=True, timeout=30)
-        _clear_immutable(tmp)
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _unmount(mnt: str) -> None:
-    for _ in range(50):
-        if subprocess.run([which("umount"), mnt], capture_output=True, timeout=30).returncode == 0:
-            return
-        time.sleep(0.1)  # a child we killed may still hold a file open for a moment
-    subprocess.run([which("umount"), "-l", mnt], capture_output=True, timeout=30)
-
-
-def _clear_immutable(path: str) -> None:
-    """Immutable files left in a temp dir (not the image) would make rmtree fail."""
-    if which("chattr"):
-        subprocess.run([which("chattr"), "-R", "-f", "-i", path], capture_output=True, timeout=30)
+    why = loopfs.missing(fstype)
+    require(why is None, why or "")
+    with loopfs.mounted(fstype, IMAGE_MB[fstype] << 20, prefix=f"slurm-snap-{fstype}-") as fs:
+        yield fs
 
 
 def free_port() -> int:

@@ -117,8 +117,7 @@ def test_full_disk_fails_writes_and_keeps_what_was_recorded(small_fs, tmp_path, 
                  "SPANK_SLURM_SNAP_VOLUMES": ""}.items():
         monkeypatch.setenv(k, v)
     for policy, status in (("open", 0), ("closed", 1)):
-        cfg.write_text(to_toml({**base, "hooks": {"failure_policy": policy, "record_in_background": False}})
-                       + "[[volume_class]]\n"
+        cfg.write_text(to_toml({**base, "hooks": {"failure_policy": policy}}) + "[[volume_class]]\n"
                        "name = 'scratch'\nprefix = '/s/{node}'\nscope = 'node-local'\nbackend = 'btrfs'\n"
                        "default = true\n")
         rc = main(["--config", str(cfg), "hook", "prolog-slurmctld"])

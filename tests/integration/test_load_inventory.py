@@ -79,9 +79,6 @@ log_dir = "{tmp_path}/log"
 restore_root = "{tmp_path}/restore"
 [timeouts]
 hook_budget = 60
-[hooks]
-# Each worker snapshots right after its hooks: PrologSlurmctld records in the foreground.
-record_in_background = false
 [[volume_class]]
 name = "scratch"
 prefix = "{root}/scratch/{{node}}"

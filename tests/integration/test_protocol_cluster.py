@@ -34,28 +34,47 @@ def _steps(out: Path) -> int:
     return len(re.findall(r"^step \d+", text, re.M))
 
 
-def _snapshot(cluster, jid: int, *extra: str) -> tuple[int, dict, str]:
-    helper = cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap")
-    proc = subprocess.run([helper, "--config", cluster.env["SLURM_SNAP_CONFIG"], "snapshot", str(jid), "--json",
-                           *extra], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+def _helper_argv(cluster, *args: str) -> list[str]:
+    return [cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap"),
+            "--config", cluster.env["SLURM_SNAP_CONFIG"], *args]
+
+
+def _cli(cluster, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """slurm-snap as root, with the environment an admin's shell would give it."""
+    return subprocess.run(_helper_argv(cluster, *args), capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL,
                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_CONF": cluster.slurm_conf})
+
+
+def _snapshot(cluster, jid: int, *extra: str) -> tuple[int, dict, str]:
+    proc = _cli(cluster, "snapshot", str(jid), "--json", *extra)
     return proc.returncode, (json.loads(proc.stdout) if proc.stdout.strip() else {}), proc.stderr
 
 
-def test_on_demand_snapshot_of_a_running_training_job(cluster):
-    cfg, inv = _inventory(cluster)
-    train = cluster.write_user_file("train-protocol.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
-    out = cluster.make_user_dir(f"protocol-{time.monotonic_ns()}")
-    jid = cluster.sbatch("-N3", "--ntasks-per-node=1", "-c1", "--snapshot-volumes=scratch,pfs",
-                         "-o", f"{out}/slurm-%j.out", script=BATCH.format(train=train))
+def _start_training(cluster, name: str, script: str, *sbatch: str) -> tuple[str, int, Path]:
+    """examples/train.py as the test user on 3 nodes; returns (train.py path, job id, log)
+    once every rank is past its first steps."""
+    train = cluster.write_user_file(f"train-{name}.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
+    out = cluster.make_user_dir(f"protocol-{name}-{time.monotonic_ns()}")
+    jid = cluster.sbatch(*sbatch, "-N3", "--ntasks-per-node=1", "-c1", "--snapshot-volumes=scratch,pfs",
+                         "-o", f"{out}/slurm-%j.out", script=script.format(train=train))
     log = out / f"slurm-{jid}.out"
     try:
         cluster.wait_state(jid, "RUNNING", timeout=60)
         deadline = time.monotonic() + 90
-        while _steps(log) < 9:  # every rank is past its first steps
+        while _steps(log) < 9:
             assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
             time.sleep(0.2)
+    except BaseException:
+        cluster.cancel(jid)
+        raise
+    return train, jid, log
 
+
+def test_on_demand_snapshot_of_a_running_training_job(cluster):
+    cfg, inv = _inventory(cluster)
+    _train, jid, log = _start_training(cluster, "protocol", BATCH)
+    try:
         rc, res, err = _snapshot(cluster, jid, "--deadline", "30")
         assert rc == 0, err
         assert (res["state"], res["consistency"]) == ("COMPLETE", "app-consistent"), res
@@ -85,9 +104,7 @@ def test_on_demand_snapshot_of_a_running_training_job(cluster):
         assert rc == 0, err
         assert (res2["state"], res2["consistency"]) == ("COMPLETE", "crash-consistent")
         # the other test user may not snapshot this job
-        other = cluster.run([cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap"),
-                             "--config", cluster.env["SLURM_SNAP_CONFIG"], "snapshot", str(jid)],
-                            user=cluster.other_user, timeout=60)
+        other = cluster.run(_helper_argv(cluster, "snapshot", str(jid)), user=cluster.other_user, timeout=60)
         assert other.returncode in (4, 9), other.stderr  # 9: the inventory is not readable by users at all
     finally:
         cluster.cancel(jid)
@@ -95,18 +112,9 @@ def test_on_demand_snapshot_of_a_running_training_job(cluster):
 
 def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_from_it(cluster):
     cfg, inv = _inventory(cluster)
-    train = cluster.write_user_file("train-preempt.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
-    out = cluster.make_user_dir(f"protocol-preempt-{time.monotonic_ns()}")
-    jid = cluster.sbatch("-p", "low", "-N3", "--ntasks-per-node=1", "-c1", "--requeue", "--open-mode=append",
-                         "--snapshot-on-preempt", "--snapshot-volumes=scratch,pfs",
-                         "-o", f"{out}/slurm-%j.out", script=BATCH.format(train=train))
-    log = out / f"slurm-{jid}.out"
+    train, jid, log = _start_training(cluster, "preempt", BATCH, "-p", "low", "--requeue", "--open-mode=append",
+                                      "--snapshot-on-preempt")
     try:
-        cluster.wait_state(jid, "RUNNING", timeout=60)
-        deadline = time.monotonic() + 90
-        while _steps(log) < 9:
-            assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
-            time.sleep(0.2)
         cluster.preempt()
 
         def preempt_set():
@@ -147,9 +155,7 @@ def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_fro
         wanted = Counter(int(n) + 1 for n, _ in resumed)
         assert not (wanted - firsts), (wanted, firsts, text[-3000:])
         # `show` on this set names every node and every volume.
-        shown = subprocess.run([cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap"),
-                                "--config", cluster.env["SLURM_SNAP_CONFIG"], "show", f"set:{set_id}"],
-                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        shown = _cli(cluster, "show", f"set:{set_id}", timeout=60)
         assert shown.returncode == 0, shown.stderr
         with inv.session() as repo:
             vol_paths = [p.volume.path for p in repo.snapshots(set_id)]
@@ -169,13 +175,8 @@ def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_fro
         pfs_path = next(p for p in vol_paths if "/scratch/" not in p)
         assert any(k.endswith(".pt") for k in before[pfs_path]), before
         assert all(os.path.isdir(p) for p in vol_paths)
-        drill = subprocess.run(
-            [cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap"),
-             "--config", cluster.env["SLURM_SNAP_CONFIG"], "restore-test", f"set:{set_id}", "--json",
-             "--deadline", "120", "--command",
-             f"/opt/slurm-snap/venv/bin/python {train} --steps {rank0_step + 3}"],
-            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_CONF": cluster.slurm_conf})
+        drill = _cli(cluster, "restore-test", f"set:{set_id}", "--json", "--deadline", "120", "--command",
+                     f"/opt/slurm-snap/venv/bin/python {train} --steps {rank0_step + 3}", timeout=300)
         assert drill.returncode == 0, (drill.stdout, drill.stderr)
         result = json.loads(drill.stdout)
         # rank 0 of the drill resumes from rank 0's acknowledged checkpoint in
@@ -235,25 +236,13 @@ exec /opt/slurm-snap/venv/bin/python {train} --steps 100000 --step-time 0.2 --re
 
 def test_node_that_never_acknowledges_is_named_and_the_set_is_not_app_consistent(cluster):
     cfg, inv = _inventory(cluster)
-    train = cluster.write_user_file("train-ignore.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
-    out = cluster.make_user_dir(f"protocol-ignore-{time.monotonic_ns()}")
-    jid = cluster.sbatch("-N3", "--ntasks-per-node=1", "-c1", "--snapshot-volumes=scratch,pfs",
-                         "-o", f"{out}/slurm-%j.out", script=IGNORE_ON_N3.format(train=train))
-    log = out / f"slurm-{jid}.out"
+    _train, jid, _log = _start_training(cluster, "ignore", IGNORE_ON_N3)
     try:
-        cluster.wait_state(jid, "RUNNING", timeout=60)
-        deadline = time.monotonic() + 90
-        while _steps(log) < 9:
-            assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
-            time.sleep(0.2)
         rc, res, err = _snapshot(cluster, jid, "--deadline", "6")
         assert res, err
         assert res["consistency"] != "app-consistent", res
         assert "n3" in res["failed_nodes"] and "n1" not in res["failed_nodes"], res
-        rep = subprocess.run([cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap"),
-                              "--config", cluster.env["SLURM_SNAP_CONFIG"], "report", "-j", str(jid), "-P", "-n",
-                              "-o", "JobID,Consistency,FailedNodes"],
-                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        rep = _cli(cluster, "report", "-j", str(jid), "-P", "-n", "-o", "JobID,Consistency,FailedNodes", timeout=60)
         assert rep.returncode == 0, rep.stderr
         assert rep.stdout.strip().splitlines()[-1] == f"{jid}|{res['consistency']}|n3", rep.stdout
     finally:

@@ -29,11 +29,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module", autouse=True)
 def torch_available():
-    if importlib.util.find_spec("torch") is None:
-        reason = f"torch is not installed in {sys.executable} (pip install .[example])"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+    from realcomponents import require
+
+    require(importlib.util.find_spec("torch") is not None,
+            f"torch is not installed in {sys.executable} (pip install .[example])")
 
 
 class Run:

@@ -32,12 +32,9 @@ UNREACHABLE = {
 }
 
 
-def write_cfg(tmp_path, url, policy="open", busy=30.0, background=False) -> str:
-    """Hooks record in the foreground unless `background`: these tests watch
-    the recording's own failure handling (the background path has its own tests)."""
+def write_cfg(tmp_path, url, policy="open", busy=30.0) -> str:
     p = tmp_path / f"c-{policy}.toml"
     p.write_text(f"[inventory]\nurl = '{url}'\nbusy_timeout = {busy}\n[hooks]\nfailure_policy = '{policy}'\n"
-                 f"record_in_background = {'true' if background else 'false'}\n"
                  f"[paths]\nlog_dir = '{tmp_path}/log'\nbarrier_dir = '{tmp_path}/barriers'\n"
                  f"[timeouts]\nhook_budget = 20\n")
     return str(p)
@@ -176,57 +173,57 @@ def test_lock_shorter_than_busy_timeout_is_waited_out(tmp_path, monkeypatch, cap
     assert hook_log(tmp_path)[-1]["status"] == "ok"
 
 
-# ---- PrologSlurmctld recording in the background (the default) ----------------------------
-def _wait_for(pred, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "background recorder did not finish"
+# ---- PrologSlurmctld recording after the launch (RECORD=background, the default) ------------
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HELPER = os.path.join(os.path.dirname(sys.executable), "slurm-snap")
+
+
+def _entry_point(tmp_path, cfg: str) -> str:
+    """prolog/slurm-snap-prolog-slurmctld as the install step writes it (etc/README.md)."""
+    with open(os.path.join(REPO, "prolog", "slurm-snap-prolog-slurmctld")) as f:
+        text = f.read()
+    for key, value in (("HELPER", HELPER), ("CONFIG", cfg), ("RECORD", "background")):
+        text = "\n".join(f"{key}={value}" if line.startswith(f"{key}=") else line for line in text.split("\n"))
+    path = tmp_path / "slurm-snap-prolog-slurmctld"
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def _run_entry_point(tmp_path, cfg: str, volumes: str = "") -> list[dict]:
+    """Run it as slurmctld would (no PATH); return the background hook's log lines once written."""
+    env = {"SLURM_JOB_ID": "55", "SLURM_JOB_UID": "0", "SLURM_JOB_GID": "0", "SLURM_JOB_USER": "root",
+           "SLURM_JOB_NODELIST": "n1,n2", "SPANK_SLURM_SNAP": "1", "SPANK_SLURM_SNAP_VOLUMES": volumes}
+    proc = subprocess.run([_entry_point(tmp_path, cfg)], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc
+    deadline = time.monotonic() + 30
+    while True:   # the entry point has returned; the helper records in its own session
+        log = hook_log(tmp_path) if (tmp_path / "log" / "hooks.log").exists() else []
+        rec = [r for r in log if r["hook"] == "prolog-slurmctld-record"]
+        if rec:
+            return rec
+        assert time.monotonic() < deadline, "the background recording never logged"
         time.sleep(0.05)
 
 
-def test_background_recording_lands_after_the_hook_returned(tmp_path, monkeypatch, capsys):
+def test_background_recording_lands_after_the_hook_returned(tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/inv.db"
-    cfg = write_cfg(tmp_path, url, background=True)
+    cfg = write_cfg(tmp_path, url)
     assert main(["--config", cfg, "db", "upgrade"]) == 0
-    hook_env(monkeypatch, volumes="")
-    assert main(["--config", cfg, "hook", "prolog-slurmctld"]) == 0
-    first = hook_log(tmp_path)[0]
-    assert first["hook"] == "prolog-slurmctld" and "in the background (pid" in first["message"]
-    _wait_for(lambda: any(r["hook"] == "prolog-slurmctld-record" for r in hook_log(tmp_path)))
-    rec = [r for r in hook_log(tmp_path) if r["hook"] == "prolog-slurmctld-record"]
-    assert rec[0]["status"] == "ok" and rec[0]["pid"] != first["pid"]
+    rec = _run_entry_point(tmp_path, cfg)
+    assert rec[0]["status"] == "ok" and rec[0]["job_id"] == 55
     inv = Inventory(url)
     with inv.session() as repo:
         assert repo.job_run(55).nodes == ["n1", "n2"]
     inv.dispose()
 
 
-def test_background_recording_failure_is_logged_and_the_hook_still_exits_0(tmp_path, monkeypatch, capsys):
+def test_background_recording_failure_is_logged_and_the_hook_still_exits_0(tmp_path):
     url, named = UNREACHABLE["closed-port"]
-    cfg = write_cfg(tmp_path, url, background=True)
-    hook_env(monkeypatch)
-    assert main(["--config", cfg, "hook", "prolog-slurmctld"]) == 0
-    _wait_for(lambda: any(r["hook"] == "prolog-slurmctld-record" for r in hook_log(tmp_path)))
-    rec = [r for r in hook_log(tmp_path) if r["hook"] == "prolog-slurmctld-record"]
+    rec = _run_entry_point(tmp_path, write_cfg(tmp_path, url))
     assert rec[0]["status"] == "failed" and named in rec[0]["message"] and "s3cret" not in rec[0]["message"]
 
 
-def test_closed_policy_records_in_the_foreground_even_when_background_is_on(tmp_path, monkeypatch, capsys):
-    url, named = UNREACHABLE["closed-port"]
-    cfg = write_cfg(tmp_path, url, policy="closed", background=True)
-    hook_env(monkeypatch)
-    assert main(["--config", cfg, "hook", "prolog-slurmctld"]) == 1
-    assert named in capsys.readouterr().err
-    time.sleep(0.5)  # a background recorder, had one started, would have logged by now
-    assert {r["hook"] for r in hook_log(tmp_path)} == {"prolog-slurmctld"}
-
-
-def test_bad_declaration_fails_in_the_foreground(tmp_path, monkeypatch, capsys):
-    cfg = write_cfg(tmp_path, f"sqlite:///{tmp_path}/inv.db", background=True)
-    hook_env(monkeypatch, volumes="nosuchclass")
-    assert main(["--config", cfg, "hook", "prolog-slurmctld"]) == 0      # policy open
-    assert "'nosuchclass'" in capsys.readouterr().err
-    time.sleep(0.5)
-    log = hook_log(tmp_path)
-    assert log[0]["status"] == "failed" and "'nosuchclass'" in log[0]["message"]
-    assert {r["hook"] for r in log} == {"prolog-slurmctld"}              # no recorder was started
+def test_bad_declaration_in_the_background_is_logged_naming_it(tmp_path):
+    rec = _run_entry_point(tmp_path, write_cfg(tmp_path, f"sqlite:///{tmp_path}/inv.db"), volumes="nosuchclass")
+    assert rec[0]["status"] == "failed" and "'nosuchclass'" in rec[0]["message"]

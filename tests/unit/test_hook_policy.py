@@ -67,7 +67,7 @@ def _hook_env(monkeypatch, tmp_path, **extra):
 
 def test_hook_cli_inventory_unreachable_open_exits_0(tmp_path, monkeypatch, capsys):
     p = tmp_path / "c.toml"
-    p.write_text("[inventory]\nurl='postgresql+psycopg2://x@127.0.0.1:1/none'\n[hooks]\nrecord_in_background=false\n"
+    p.write_text("[inventory]\nurl='postgresql+psycopg2://x@127.0.0.1:1/none'\n"
                  f"[paths]\nlog_dir='{tmp_path}/log'\nbarrier_dir='{tmp_path}/b'\n")
     _hook_env(monkeypatch, tmp_path, SPANK_SLURM_SNAP_VOLUMES="")
     assert main(["--config", str(p), "hook", "prolog-slurmctld"]) == 0
