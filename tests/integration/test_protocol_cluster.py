@@ -150,9 +150,14 @@ def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_fro
         # first-step marker N+1 (the marker the client prints after that step).
         from collections import Counter
 
-        text = log.read_text()
-        firsts = Counter(int(n) for n in re.findall(r"^SLURM_SNAP_FIRST_STEP (\d+)$", text, re.M))
         wanted = Counter(int(n) + 1 for n, _ in resumed)
+        deadline = time.monotonic() + 60   # a rank prints its marker after its first step, a moment later
+        while True:
+            text = log.read_text()
+            firsts = Counter(int(n) for n in re.findall(r"^SLURM_SNAP_FIRST_STEP (\d+)$", text, re.M))
+            if not (wanted - firsts) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert not (wanted - firsts), (wanted, firsts, text[-3000:])
         # `show` on this set names every node and every volume.
         shown = _cli(cluster, "show", f"set:{set_id}", timeout=60)
