@@ -16,7 +16,10 @@ from datetime import datetime
 from slurm_snap.errors import BadValueError
 from slurm_snap.jobdir import ack_filename, check_name  # noqa: F401 (part of the client's API)
 
-ACK_VERSION = 1
+# Version 2 adds world_size, independent and agreement (lockstep jobs);
+# version 1 files (older clients) still parse, with those fields unknown.
+ACK_VERSION = 2
+ACK_VERSIONS = (1, 2)
 MAX_ACK_BYTES = 1 << 20
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -25,6 +28,8 @@ _FIELDS = {
     "version", "job_id", "epoch", "node", "rank", "local_rank", "local_size",
     "step", "written_at", "manifest",
 }
+_V2_FIELDS = {"world_size", "independent", "agreement"}
+MAX_AGREEMENT = 255
 _ENTRY_FIELDS = {"path", "size", "sha256"}
 
 
@@ -47,6 +52,14 @@ class Ack:
     step: int
     written_at: datetime
     manifest: tuple[ManifestEntry, ...]
+    # The launcher's number of ranks (None: the client did not say).
+    world_size: int | None = None
+    # The job declared that its ranks checkpoint independently: mixed steps
+    # are then one consistent point; otherwise they are not.
+    independent: bool = False
+    # How the step was chosen: "" (no process group), "collective" (all
+    # ranks agreed on it), "failed: WHY" (the agreement did not complete).
+    agreement: str = ""
 
 
 def _bad(field: str, value, why: str) -> BadValueError:
@@ -113,15 +126,19 @@ def parse_ack(raw: bytes, expected_job_id, expected_epoch: str, max_bytes: int =
                             why=f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BadValueError(what="acknowledgement", value=data, why="expected a JSON object")
+    if "version" not in data:
+        raise _bad("version", None, "missing")
+    version = data["version"]
+    if isinstance(version, bool) or version not in ACK_VERSIONS:
+        raise _bad("version", version,
+                   f"this slurm-snap understands versions {', '.join(map(str, ACK_VERSIONS))}")
+    fields = _FIELDS | (_V2_FIELDS if version >= 2 else set())
     missing = sorted(_FIELDS - set(data))
     if missing:
         raise _bad(missing[0], None, "missing")
-    unknown = sorted(set(data) - _FIELDS)
+    unknown = sorted(set(data) - fields)
     if unknown:
         raise _bad(unknown[0], data[unknown[0]], "unknown key")
-    version = data["version"]
-    if isinstance(version, bool) or version != ACK_VERSION:
-        raise _bad("version", version, f"this slurm-snap understands version {ACK_VERSION}")
     job_id = data["job_id"]
     # Other writers may emit the numeric id as a JSON number; normalise to str.
     if isinstance(job_id, bool) or not isinstance(job_id, (str, int)) or str(job_id) == "":
@@ -151,14 +168,31 @@ def parse_ack(raw: bytes, expected_job_id, expected_epoch: str, max_bytes: int =
         stamp = None
     if stamp is None or stamp.tzinfo is None:
         raise _bad("written_at", written_at, "expected an ISO 8601 time with a UTC offset")
+    world_size = None
+    if data.get("world_size") is not None:
+        world_size = _int_field(data, "world_size", 1)
+        if rank >= world_size:
+            raise _bad("rank", rank, f"must be < world_size {world_size}")
+        if local_size > world_size:
+            raise _bad("local_size", local_size, f"must be <= world_size {world_size}")
+    independent = data.get("independent", False)
+    if not isinstance(independent, bool):
+        raise _bad("independent", independent, "expected true or false")
+    agreement = data.get("agreement", "")
+    if not isinstance(agreement, str) or len(agreement) > MAX_AGREEMENT or not (
+            agreement in ("", "collective") or agreement.startswith("failed")):
+        raise _bad("agreement", agreement if isinstance(agreement, str) and len(agreement) < 80 else "...",
+                   f'expected "", "collective" or "failed: why" (at most {MAX_AGREEMENT} characters)')
     return Ack(version=version, job_id=str(job_id), epoch=epoch, node=node, rank=rank,
                local_rank=local_rank, local_size=local_size, step=step, written_at=stamp,
-               manifest=_manifest(data["manifest"]))
+               manifest=_manifest(data["manifest"]), world_size=world_size, independent=independent,
+               agreement=agreement)
 
 
 def build_ack(*, job_id: str, epoch: str, node: str, rank: int, local_rank: int,
               local_size: int, step: int, written_at: datetime,
-              manifest: Iterable[ManifestEntry]) -> bytes:
+              manifest: Iterable[ManifestEntry], world_size: int | None = None,
+              independent: bool = False, agreement: str = "") -> bytes:
     """Serialise an ack; the inverse of parse_ack."""
     entries = []
     for entry in manifest:
@@ -170,13 +204,18 @@ def build_ack(*, job_id: str, epoch: str, node: str, rank: int, local_rank: int,
         "version": ACK_VERSION, "job_id": str(job_id), "epoch": epoch, "node": node,
         "rank": rank, "local_rank": local_rank, "local_size": local_size, "step": step,
         "written_at": written_at.isoformat(timespec="microseconds"), "manifest": entries,
+        "world_size": world_size, "independent": bool(independent), "agreement": agreement[:MAX_AGREEMENT],
     }
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
-def node_barrier_complete(acks_for_node: Iterable[Ack]) -> bool:
-    """True when one node's acks cover local ranks 0..local_size-1, all for the
-    same epoch and the same local_size, one distinct rank per local rank."""
+def node_barrier_complete(acks_for_node: Iterable) -> bool:
+    """True when one node's acks cover local ranks 0..local_size-1, all with
+    the same local_size, one distinct rank per local rank.
+
+    Takes client Acks or inventory AckRecords (anything with node, rank,
+    local_rank, local_size): both were checked for this set's epoch when
+    they were parsed."""
     acks = list(acks_for_node)
     if not acks:
         return False
@@ -184,7 +223,7 @@ def node_barrier_complete(acks_for_node: Iterable[Ack]) -> bool:
     if len(nodes) > 1:
         raise BadValueError(what="acknowledgements of one node", value=sorted(nodes),
                             why="come from several nodes")
-    if len({ack.epoch for ack in acks}) != 1 or len({ack.local_size for ack in acks}) != 1:
+    if len({ack.local_size for ack in acks}) != 1:
         return False
     local_size = acks[0].local_size
     by_local_rank: dict[int, set[int]] = {}

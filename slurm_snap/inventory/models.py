@@ -9,8 +9,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Optional
 
-from sqlalchemy import (JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text,
-                        TypeDecorator, UniqueConstraint)
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text,
+                        TypeDecorator, UniqueConstraint, false)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -184,6 +184,11 @@ class BarrierAck(Base):
     written_at: Mapped[utc]
     received_at: Mapped[utc]
     manifest: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # The launcher's number of ranks; None from clients that do not say.
+    world_size: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    independent: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # "" (no process group), "collective", or "failed: why".
+    agreement: Mapped[str255] = mapped_column(default="", server_default="")
 
     set: Mapped[SnapshotSet] = relationship(back_populates="acks")
 

@@ -3,7 +3,7 @@ hot path can describe volumes without importing the ORM."""
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 
@@ -20,29 +20,76 @@ class VolumeSpec:
 
 @dataclass(frozen=True)
 class AckRecord:
+    """One rank's acknowledgement as the set knows it: what the coordinator or
+    a hook read from ack/, what the inventory stores, what the verdict judges.
+
+    `seen_at` is when the reader first saw it (its own clock: an upper bound
+    of when the barrier was reached); None when it is being recorded now.
+    `world_size` is the launcher's number of ranks (None from clients that
+    do not say). `independent` is the job's declaration that its ranks
+    checkpoint independently, so mixed steps are one consistent point.
+    `agreement` says how the rank chose its step: "" without a process
+    group, "collective" when its peers agreed, "failed: WHY" when the
+    collective failed.
+    """
+
     node: str
     rank: int
     local_rank: int
     local_size: int
     step: int
     written_at: dt.datetime
-    manifest: list = field(default_factory=list)
+    seen_at: dt.datetime | None = None
+    manifest: tuple = ()
+    world_size: int | None = None
+    independent: bool = False
+    agreement: str = ""
+
+    @property
+    def agreement_failed(self) -> bool:
+        return self.agreement.startswith("failed")
 
 
 @dataclass(frozen=True)
 class SnapshotRecord:
+    """One part of a set: a volume's snapshot (state CUT) or the record that
+    it could not be cut (state MISSING, with the error). For a CUT part,
+    `error` holds why its manifest check failed, if it did."""
+
     volume_id: int
     backend: str
     name: str
     ref: str
     path: str
     node: str
-    cut_started_at: dt.datetime
-    cut_at: dt.datetime
+    cut_started_at: dt.datetime | None
+    cut_at: dt.datetime | None
+    state: str = "CUT"
+    error: str = ""
     site: str = ""
     region: str = ""
     shared_key: str = ""
     manifest_ok: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "CUT"
+
+    @property
+    def manifest_why(self) -> str:
+        return self.error if self.ok else ""
+
+    @property
+    def failure(self) -> str:
+        return "" if self.ok else self.error
+
+    @classmethod
+    def of(cls, row) -> "SnapshotRecord":
+        """From an inventory Snapshot row."""
+        return cls(volume_id=row.volume_id, backend=row.backend, name=row.name, ref=row.ref, path=row.path or "",
+                   node=row.node or "", cut_started_at=row.cut_started_at, cut_at=row.cut_at, state=row.state,
+                   error=row.error or "", site=row.site or "", region=row.region or "",
+                   shared_key=row.shared_key or "", manifest_ok=row.manifest_ok)
 
 
 @dataclass

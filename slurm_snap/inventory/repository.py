@@ -192,42 +192,9 @@ class Repository:
         return self.s.scalar(q.order_by(SnapshotSet.requested_at.desc(), SnapshotSet.id.desc()).limit(1))
 
     # ---- acknowledgements and snapshots --------------------------------------
-    def record_acks(self, set_id: int, acks: Iterable[AckRecord]) -> int:
-        """Insert acknowledgements not yet recorded; one transaction for all nodes."""
-        have = set(self.s.execute(select(BarrierAck.node, BarrierAck.rank).where(BarrierAck.set_id == set_id)))
-        now = utcnow()
-        rows = []
-        for a in acks:
-            if (a.node, a.rank) in have:
-                continue
-            have.add((a.node, a.rank))
-            rows.append(BarrierAck(set_id=set_id, node=a.node, rank=a.rank, local_rank=a.local_rank,
-                                   local_size=a.local_size, step=a.step, written_at=a.written_at,
-                                   received_at=now, manifest=list(a.manifest)))
-        self.s.add_all(rows)
-        self.s.flush()
-        return len(rows)
-
     def acks(self, set_id: int) -> list[BarrierAck]:
         return list(self.s.scalars(select(BarrierAck).where(BarrierAck.set_id == set_id)
                                    .order_by(BarrierAck.node, BarrierAck.rank)))
-
-    def record_snapshots(self, set_id: int, parts: Iterable[SnapshotRecord]) -> list[Snapshot]:
-        """Record cut parts; a part already recorded (a rerun) is kept as is."""
-        have = {s.volume_id: s for s in self.s.scalars(select(Snapshot).where(Snapshot.set_id == set_id))}
-        out = []
-        for p in parts:
-            snap = have.get(p.volume_id)
-            if snap is None:
-                snap = Snapshot(set_id=set_id, volume_id=p.volume_id, backend=p.backend, name=p.name, ref=p.ref,
-                                path=p.path, node=p.node, state="CUT", cut_started_at=p.cut_started_at,
-                                cut_at=p.cut_at, site=p.site, region=p.region, shared_key=p.shared_key,
-                                manifest_ok=p.manifest_ok)
-                self.s.add(snap)
-                have[p.volume_id] = snap
-            out.append(snap)
-        self.s.flush()
-        return out
 
     def snapshots(self, set_id: int, *, include_deleted: bool = False) -> list[Snapshot]:
         q = select(Snapshot).where(Snapshot.set_id == set_id)
@@ -531,10 +498,11 @@ class Repository:
                 return run
         return None
 
-    def record_acks_seen(self, set_id: int, acks: Sequence[tuple[AckRecord, dt.datetime]], *,
-                         replace: Sequence[tuple[str, int]] | None = None, replace_all: bool = False) -> int:
+    def record_acks(self, set_id: int, acks: Sequence[AckRecord], *,
+                    replace: Sequence[tuple[str, int]] | None = None, replace_all: bool = False) -> int:
         """Insert acknowledgements not yet recorded, each with the time it was
-        first seen (the coordinator's clock); one statement for all nodes.
+        first seen (`seen_at`, the reader's clock; now when None); one
+        statement for all nodes. Re-reading the same files adds nothing.
 
         `replace` names (node, rank) rows to drop first (a rank rewrote its
         acknowledgement); `replace_all` drops every row of the set first."""
@@ -544,35 +512,49 @@ class Repository:
             self.s.execute(delete(BarrierAck).where(BarrierAck.set_id == set_id,
                                                     tuple_(BarrierAck.node, BarrierAck.rank).in_(list(replace))))
         q = select(BarrierAck.node, BarrierAck.rank).where(BarrierAck.set_id == set_id)
-        nodes = {a.node for a, _seen in acks}
+        nodes = {a.node for a in acks}
         if len(nodes) <= 256:
             # A late batch of a few nodes need not read back the rows of all the others.
             q = q.where(BarrierAck.node.in_(sorted(nodes)))
         have = set(self.s.execute(q)) if nodes else set()
+        now = utcnow()
         rows = []
-        for a, seen in acks:
+        for a in acks:
             if (a.node, a.rank) in have:
                 continue
             have.add((a.node, a.rank))
             rows.append(dict(set_id=set_id, node=a.node, rank=a.rank, local_rank=a.local_rank,
                              local_size=a.local_size, step=a.step, written_at=a.written_at,
-                             received_at=seen, manifest=list(a.manifest)))
+                             received_at=a.seen_at or now, manifest=list(a.manifest), world_size=a.world_size,
+                             independent=bool(a.independent), agreement=a.agreement[:255]))
         if rows:
             # The table, not the mapped class: plain Core executemany skips the
             # ORM bulk machinery (about 3x faster for 1,000 rows).
             self.s.execute(insert(BarrierAck.__table__), rows)
         return len(rows)
 
-    def record_parts(self, set_id: int, parts: Sequence[dict]) -> int:
+    def ack_records(self, set_id: int) -> list[AckRecord]:
+        """The set's acknowledgements as the verdict reads them."""
+        return [AckRecord(node=a.node, rank=a.rank, local_rank=a.local_rank, local_size=a.local_size, step=a.step,
+                          written_at=a.written_at, seen_at=a.received_at, manifest=tuple(a.manifest or ()),
+                          world_size=a.world_size, independent=bool(a.independent), agreement=a.agreement or "")
+                for a in self.acks(set_id)]
+
+    def record_parts(self, set_id: int, parts: Sequence[SnapshotRecord]) -> int:
         """Insert snapshot parts (cut: state CUT; failed: state MISSING with the
-        error) not yet recorded for their volume; one statement."""
+        error) not yet recorded for their volume; one statement. A part
+        already recorded (a rerun) is kept as it is."""
         have = set(self.s.scalars(select(Snapshot.volume_id).where(Snapshot.set_id == set_id)))
+        now = utcnow()
         rows = []
         for p in parts:
-            if p["volume_id"] in have:
+            if p.volume_id in have:
                 continue
-            have.add(p["volume_id"])
-            rows.append(dict(set_id=set_id, **p))
+            have.add(p.volume_id)
+            rows.append(dict(set_id=set_id, volume_id=p.volume_id, backend=p.backend, name=p.name, ref=p.ref,
+                             path=p.path, node=p.node, state=p.state, cut_started_at=p.cut_started_at or now,
+                             cut_at=p.cut_at or now, site=p.site, region=p.region, shared_key=p.shared_key,
+                             manifest_ok=p.manifest_ok if p.ok else None, error=p.error[:2000]))
         if rows:
             self.s.execute(insert(Snapshot.__table__), rows)
         return len(rows)

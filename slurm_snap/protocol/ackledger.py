@@ -18,22 +18,14 @@ from __future__ import annotations
 import logging
 import time
 
-from ..inventory.records import AckRecord
+from .barrier import as_record
 
 log = logging.getLogger(__name__)
 
 
-def ack_record(a) -> AckRecord:
-    """The inventory's input for one collected acknowledgement."""
-    return AckRecord(node=a.node, rank=a.rank, local_rank=a.local_rank, local_size=a.local_size,
-                     step=a.step, written_at=a.written_at,
-                     manifest=[{"path": e.path, "size": e.size, **({"sha256": e.sha256} if e.sha256 else {})}
-                               for e in a.manifest])
-
-
 def record_all(repo, set_id: int, collector) -> int:
     """Record every acknowledgement the collector holds that the set does not have yet (one statement)."""
-    return repo.record_acks_seen(set_id, [(ack_record(a), seen) for a, seen in collector.state.all_acks()])
+    return repo.record_acks(set_id, collector.state.records())
 
 
 class AckLedger:
@@ -67,8 +59,8 @@ class AckLedger:
         else:
             rows, replace = self._pending(collector)
         if rows:
-            repo.record_acks_seen(self.set_id, [(ack_record(a), seen) for a, seen in rows],
-                                  replace=replace, replace_all=self._unsure)
+            repo.record_acks(self.set_id, [as_record(a, seen) for a, seen in rows],
+                             replace=replace, replace_all=self._unsure)
             for a, seen in rows:
                 self._recorded[(a.node, a.rank)] = (a, seen)
             self.flushes += 1

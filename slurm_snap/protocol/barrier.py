@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from ..clock import utcnow
+from ..inventory.records import AckRecord
 from ..client.ack import MAX_ACK_BYTES, Ack, node_barrier_complete, parse_ack
 from ..errors import BadValueError
 from ..jobdir import is_ack_name
@@ -50,6 +51,19 @@ class BarrierState:
 
     def all_acks(self) -> list[tuple[Ack, dt.datetime]]:
         return [item for ranks in self.acks.values() for item in ranks.values()]
+
+    def records(self) -> list[AckRecord]:
+        """Every acknowledgement as the inventory and the verdict take it."""
+        return [as_record(a, seen) for a, seen in self.all_acks()]
+
+
+def as_record(a: Ack, seen: dt.datetime | None) -> AckRecord:
+    """One parsed acknowledgement, with when it was first seen, as a record."""
+    return AckRecord(node=a.node, rank=a.rank, local_rank=a.local_rank, local_size=a.local_size, step=a.step,
+                     written_at=a.written_at, seen_at=seen,
+                     manifest=tuple({"path": e.path, "size": e.size, **({"sha256": e.sha256} if e.sha256 else {})}
+                                    for e in a.manifest),
+                     world_size=a.world_size, independent=a.independent, agreement=a.agreement)
 
 
 class AckCollector:

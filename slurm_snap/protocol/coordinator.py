@@ -36,7 +36,7 @@ from .ackledger import AckLedger
 from .. import states as S
 from .barrier import AckCollector, wait_for_barrier
 from .cutter import CutPool, VolumeInfo, assign_manifests
-from .verdict import AckFact, PartOutcome, decide, expected_parts, node_barriers
+from .verdict import judge
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ class Coordinator:
                            "removing the snapshots cut since", job_id=job_id, set_id=out.set_id, level="error")
             else:
                 labelled = None
-                repo.record_parts(out.set_id, [part_row(r, self.clock) for r in results])
+                repo.record_parts(out.set_id, [r.record() for r in results])
                 self.hook("record")  # inside the transaction: a crash here records nothing
                 repo.transition(out.set_id, S.CUT, at=self.clock())
         if labelled is not None:
@@ -301,21 +301,10 @@ class Coordinator:
         """The verdict from what this process saw (the same pure rules as the
         inventory-based finalizer), recorded in one transaction."""
         t = time.monotonic()
-        facts, complete = [], []
-        if collector is not None:
-            facts = [AckFact(a.node, a.rank, a.local_rank, a.local_size, a.step, a.written_at, seen)
-                     for a, seen in collector.state.all_acks()]
-            complete = collector.state.complete
-        outcomes = {r.volume.id: PartOutcome(volume_id=r.volume.id, ok=r.ok, cut_started_at=r.cut_started_at,
-                                             cut_at=r.cut_at, manifest_ok=r.manifest_ok,
-                                             manifest_why=r.manifest_why, error=r.error) for r in results}
-        problems = []
-        if outside and out.wanted == "app":
-            problems.append(f"checkpoint files outside every declared volume: {', '.join(outside[:8])}"
-                            + (f" and {len(outside) - 8} more" if len(outside) > 8 else ""))
-        v = decide(wanted=out.wanted, nodes=nodes, parts=expected_parts(volumes, nodes), outcomes=outcomes,
-                   barriers=node_barriers(facts, complete), requested_at=requested_at,
-                   allow_crash=self.cfg.protocol.allow_crash_consistent, extra_reasons=extra, outside=problems)
+        v = judge(wanted=out.wanted, volumes=volumes, nodes=nodes,
+                  acks=collector.state.records() if collector is not None else [],
+                  parts=[r.record() for r in results], requested_at=requested_at,
+                  allow_crash=self.cfg.protocol.allow_crash_consistent, outside=outside, extra_reasons=extra)
         with self.inv.session() as repo:
             st = repo.get_set(out.set_id, lock=True)
             finalize.apply(repo, st, v, at=self.clock())
@@ -337,19 +326,6 @@ class Coordinator:
                     out.state, out.reason = S.FAILED, why
         except Exception as inner:  # the inventory may be what failed; repair will see the set
             log.error("set %s: could not record the failure (%s); run `slurm-snap repair`", out.set_id, inner)
-
-
-def part_row(r, clock) -> dict:
-    """An inventory snapshot row for a cut result (CUT, or MISSING with the error)."""
-    v = r.volume
-    now = clock()
-    return dict(volume_id=v.id, backend=v.backend, name=r.name,
-                ref=(r.ref.ref if r.ref else ""), path=(r.ref.path or "") if r.ref else "",
-                node=v.node, state="CUT" if r.ok else "MISSING",
-                cut_started_at=r.cut_started_at or now, cut_at=r.cut_at or now,
-                site=v.site, region=v.region, shared_key=r.shared_key,
-                manifest_ok=r.manifest_ok if r.ok else None,
-                error=(r.manifest_why if r.ok else r.error)[:2000])
 
 
 def _refuse_if_busy(repo, run, shared_paths, job_id: int) -> None:

@@ -21,6 +21,7 @@ from ..clock import utcnow
 from ..backends.base import Backend, SnapshotRef
 from ..backends.transport import LocalTransport
 from ..errors import SnapError
+from ..inventory.records import SnapshotRecord
 
 # Threads cutting at once. They start (and open their SSH connections) while
 # the ranks checkpoint. Measured on 2 CPUs with 1,000 volumes: 256 threads
@@ -72,6 +73,17 @@ class CutResult:
     manifest_why: str = ""
     error: str = ""
     shared_key: str = ""
+
+    def record(self) -> SnapshotRecord:
+        """The inventory's part for this result: CUT, or MISSING with the error."""
+        v = self.volume
+        return SnapshotRecord(volume_id=v.id, backend=v.backend, name=self.name,
+                              ref=self.ref.ref if self.ref else "", path=(self.ref.path or "") if self.ref else "",
+                              node=v.node, cut_started_at=self.cut_started_at, cut_at=self.cut_at,
+                              state="CUT" if self.ok else "MISSING",
+                              error=(self.manifest_why if self.ok else self.error)[:2000], site=v.site,
+                              region=v.region, shared_key=self.shared_key,
+                              manifest_ok=self.manifest_ok if self.ok else None)
 
 
 def _under(path: str, root: str) -> str | None:

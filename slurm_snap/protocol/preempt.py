@@ -33,7 +33,6 @@ from ..jobdir import JobDir
 from . import ackledger, finalize
 from .. import states as S
 from .barrier import AckCollector
-from .coordinator import part_row
 from .cutter import VolumeInfo, assign_manifests, cut_all
 
 log = logging.getLogger(__name__)
@@ -136,7 +135,7 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
         with AckCollector(dirs.ack, job_id=job.job_id, epoch=epoch, nodes=nodes, owner_uid=uid,
                           node_filter=None if node == head else node, clock=clock) as collector:
             collector.rescan()
-        acks = collector.state.all_acks()
+        acks = collector.state.records()
         with inventory.session() as repo:
             st = repo.get_set(set_id, lock=True)
             ackledger.record_all(repo, set_id, collector)
@@ -145,7 +144,7 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
             elif st.state != S.CUTTING:
                 return f"set {set_id} became {st.state}; nothing to cut on {node}"
         hook("cutting")
-        entries, _outside = assign_manifests(volumes, [(a.node, a.manifest) for a, _seen in acks])
+        entries, _outside = assign_manifests(volumes, [(a.node, a.manifest) for a in acks])
         if backend_for is None:
             from ..backends.factory import backend_for_volume
 
@@ -156,7 +155,7 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
         hook("cut")
         with inventory.session() as repo:
             st = repo.get_set(set_id, lock=True)  # the finalizer's row lock
-            repo.record_parts(set_id, [part_row(r, clock) for r in results])
+            repo.record_parts(set_id, [r.record() for r in results])
             hook("record")
             if st.state != S.CUTTING:
                 return f"set {set_id} became {st.state} while {node} cut; parts recorded"

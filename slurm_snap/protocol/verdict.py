@@ -8,9 +8,12 @@ The rules (docs/design.md, PRIOR-ART requirements 2, 3, 7, 8):
   app-consistent  every node of the job completed its barrier (all local ranks
                   acknowledged this epoch) after the request and no later than
                   the start of every cut that could contain its data, every
-                  declared volume on every node was cut, every acknowledged
-                  file lies in a declared volume and was found in the
-                  snapshot with its acknowledged size;
+                  rank of the launcher's world acknowledged, all ranks chose
+                  one step (or the job declared independent checkpoints) and
+                  no rank's step agreement failed, every declared volume on
+                  every node was cut, every acknowledged file lies in a
+                  declared volume and was found in the snapshot with its
+                  acknowledged size;
   crash-consistent  every volume was cut but the barrier rule failed (only if
                   the configuration allows; otherwise FAILED), or crash was asked;
   PARTIAL         some declared volume has no snapshot: the reason names them;
@@ -23,6 +26,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from .. import states as S
+from ..client.ack import node_barrier_complete
+from ..inventory.records import AckRecord, SnapshotRecord
 
 # A rank's clock may be a little behind the coordinator's: an acknowledgement
 # carrying this set's fresh epoch cannot predate the request except by skew.
@@ -44,31 +49,6 @@ class ExpectedPart:
     @property
     def label(self) -> str:
         return f"{self.volume_class or self.path}@{self.node}" if self.node else (self.volume_class or self.path)
-
-
-@dataclass(frozen=True)
-class PartOutcome:
-    """What happened to one expected part. ok=False: attempted and failed."""
-
-    volume_id: int
-    ok: bool
-    cut_started_at: dt.datetime | None = None
-    cut_at: dt.datetime | None = None
-    manifest_ok: bool | None = None
-    manifest_why: str = ""
-    error: str = ""
-
-
-@dataclass(frozen=True)
-class AckFact:
-    node: str
-    rank: int
-    local_rank: int
-    local_size: int
-    step: int
-    written_at: dt.datetime
-    # When the coordinator (or a hook) first saw it: its own clock, an upper bound.
-    seen_at: dt.datetime
 
 
 @dataclass(frozen=True)
@@ -118,11 +98,11 @@ def expected_parts(volumes: Iterable, nodes: Sequence[str]) -> list[ExpectedPart
     return out
 
 
-def node_barriers(acks: Iterable[AckFact], complete_nodes: Iterable[str]) -> dict[str, NodeBarrier]:
+def node_barriers(acks: Iterable[AckRecord], complete_nodes: Iterable[str]) -> dict[str, NodeBarrier]:
     """Per node: completeness (decided by the client's node_barrier_complete,
     passed in) and the times that matter for ordering."""
     done = set(complete_nodes)
-    by_node: dict[str, list[AckFact]] = {}
+    by_node: dict[str, list[AckRecord]] = {}
     for a in acks:
         by_node.setdefault(a.node, []).append(a)
     out = {}
@@ -131,12 +111,12 @@ def node_barriers(acks: Iterable[AckFact], complete_nodes: Iterable[str]) -> dic
         out[node] = NodeBarrier(
             node=node, complete=complete,
             first_written=min(a.written_at for a in items),
-            complete_seen_at=max(a.seen_at for a in items) if complete else None,
+            complete_seen_at=max(a.seen_at for a in items if a.seen_at) if complete else None,
             steps=frozenset(a.step for a in items))
     return out
 
 
-def skew(outcomes: Iterable[PartOutcome]) -> float | None:
+def skew(outcomes: Iterable[SnapshotRecord]) -> float | None:
     """Last cut end minus first cut start over the parts that were cut."""
     cut = [o for o in outcomes if o.ok and o.cut_started_at and o.cut_at]
     if not cut:
@@ -152,7 +132,7 @@ def _list(items: Sequence[str]) -> str:
 
 
 def barrier_problems(*, nodes: Sequence[str], barriers: Mapping[str, NodeBarrier],
-                     parts: Sequence[ExpectedPart], outcomes: Mapping[int, PartOutcome],
+                     parts: Sequence[ExpectedPart], outcomes: Mapping[int, SnapshotRecord],
                      requested_at: dt.datetime) -> tuple[list[str], list[str]]:
     """(problems, nodes at fault) of the barrier rule; empty when it holds."""
     problems: list[str] = []
@@ -186,9 +166,9 @@ def barrier_problems(*, nodes: Sequence[str], barriers: Mapping[str, NodeBarrier
 
 
 def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
-           outcomes: Mapping[int, PartOutcome], barriers: Mapping[str, NodeBarrier],
+           outcomes: Mapping[int, SnapshotRecord], barriers: Mapping[str, NodeBarrier],
            requested_at: dt.datetime, allow_crash: bool, extra_reasons: Sequence[str] = (),
-           outside: Sequence[str] = ()) -> Verdict:
+           outside: Sequence[str] = (), acks: Sequence[AckRecord]) -> Verdict:
     """The label of a set whose cut phase is over (nothing more will be cut)."""
     cut_ok, missing = [], []
     for p in parts:
@@ -203,8 +183,8 @@ def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
             o = outcomes.get(p.volume_id) if p.volume_id is not None else None
             if p.volume_id is None:
                 details.append(f"{p.label} (never recorded by the node's Prolog)")
-            elif o is not None and o.error:
-                details.append(f"{p.label} ({o.error})")
+            elif o is not None and o.failure:
+                details.append(f"{p.label} ({o.failure})")
             else:
                 details.append(f"{p.label} (not cut)")
         reasons.insert(0, f"missing {len(missing)} of {len(parts)} volumes: {_list(details)}")
@@ -219,13 +199,15 @@ def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
     if not cut_ok:
         manifest_ok = None
 
-    # Ranks that checkpoint independently stop at their own next step; each
-    # rank's checkpoint is still durable and in the set. Whether mixed steps
-    # can be resumed is the application's business: say so, do not downgrade.
     all_steps = set().union(*(b.steps for b in barriers.values())) if barriers else set()
     step = min(all_steps) if all_steps else None
-    if len(all_steps) > 1:
-        reasons.append(f"note: ranks acknowledged different steps ({_list([str(x) for x in sorted(all_steps)])})")
+    lockstep = lockstep_problems(acks)
+    if len(all_steps) > 1 and not lockstep:
+        # Every rank declared independent checkpoints: each rank's checkpoint
+        # is durable and in the set, and resuming each from its own step is
+        # the job's design. Say so; do not downgrade.
+        reasons.append(f"note: ranks acknowledged different steps ({_list([str(x) for x in sorted(all_steps)])}); "
+                       "the job declared independent checkpoints")
 
     if wanted == "app":
         problems, bad_nodes = barrier_problems(nodes=nodes, barriers=barriers, parts=parts,
@@ -235,6 +217,7 @@ def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
         if manifest_unknown:
             problems.append(f"manifest could not be checked on {_list(manifest_unknown)}")
         problems.extend(outside)
+        problems.extend(lockstep)
         failed_nodes.update(bad_nodes)
         barrier_ok = not problems
     else:
@@ -261,3 +244,68 @@ def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
         return verdict(S.FAILED, S.NONE, reasons + problems
                        + ["not app-consistent and protocol.allow_crash_consistent is false"])
     return verdict(S.COMPLETE, S.CRASH, reasons + problems)
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    return _list([str(r) for r in sorted(ranks)])
+
+
+def lockstep_problems(acks: Sequence[AckRecord]) -> list[str]:
+    """Why the ranks' acknowledgements are not one point of a lockstep job.
+
+    Presence is not coherence: a data-parallel job's ranks hold one model, so
+    a checkpoint taken at step 7 by one rank and step 8 by another is two
+    points, unless every rank declared that it checkpoints on its own
+    (`independent`). A rank whose step agreement failed chose its step alone.
+    A rank count short of the launcher's world means ranks were never heard
+    from even if every node looked complete (torchrun workers counted as one
+    per node)."""
+    problems: list[str] = []
+    if not acks:
+        return problems
+    by_step: dict[int, list[int]] = {}
+    for a in acks:
+        by_step.setdefault(a.step, []).append(a.rank)
+    if len(by_step) > 1 and not all(a.independent for a in acks):
+        detail = "; ".join(f"step {s_}: ranks {_ranks(r)}" for s_, r in sorted(by_step.items()))
+        problems.append(f"ranks acknowledged different steps ({detail}), so the checkpoints are not one point "
+                        "(a job whose ranks checkpoint independently says so with independent=True)")
+    failed = [a for a in acks if a.agreement_failed]
+    if failed:
+        problems.append(f"step agreement failed on ranks {_ranks(a.rank for a in failed)} "
+                        f"({failed[0].agreement[:200]})")
+    sizes = {a.world_size for a in acks if a.world_size is not None}
+    if len(sizes) > 1:
+        problems.append(f"ranks disagree on the world size ({_list([str(x) for x in sorted(sizes)])})")
+    elif sizes:
+        world = sizes.pop()
+        heard = {a.rank for a in acks}
+        if len(heard) < world:
+            absent = sorted(set(range(world)) - heard)
+            problems.append(f"{len(heard)} of {world} ranks acknowledged (missing ranks {_ranks(absent)})")
+    return problems
+
+
+def outside_problem(outside: Sequence[str]) -> list[str]:
+    """The one wording for acknowledged files no declared volume holds."""
+    if not outside:
+        return []
+    return [f"checkpoint files outside every declared volume: {_list(list(outside))}"]
+
+
+def judge(*, wanted: str, volumes: Sequence, nodes: Sequence[str], acks: Sequence[AckRecord],
+          parts: Iterable[SnapshotRecord], requested_at: dt.datetime, allow_crash: bool,
+          outside: Sequence[str] = (), extra_reasons: Sequence[str] = ()) -> Verdict:
+    """The verdict from facts alone: the coordinator (what it saw), the
+    preemption Epilog and repair (what the inventory holds) all call this.
+
+    `volumes` are the job's declared volumes (inventory rows or VolumeInfo),
+    `outside` the acknowledged files that lie in none of them."""
+    by_node: dict[str, list[AckRecord]] = {}
+    for a in acks:
+        by_node.setdefault(a.node, []).append(a)
+    complete = [n for n, items in by_node.items() if node_barrier_complete(items)]
+    return decide(wanted=wanted, nodes=nodes, parts=expected_parts(volumes, nodes),
+                  outcomes={p.volume_id: p for p in parts}, barriers=node_barriers(acks, complete),
+                  requested_at=requested_at, allow_crash=allow_crash, extra_reasons=extra_reasons,
+                  outside=outside_problem(outside) if wanted == "app" else [], acks=acks)

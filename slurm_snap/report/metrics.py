@@ -17,9 +17,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
-import tempfile
 
 from ..errors import BadValueError
+from ..fsio import atomic_write
 
 PHASES = ("signal", "quiesce", "cut", "finalize", "total")
 
@@ -109,18 +109,5 @@ def write_textfile(path: str, text: str) -> None:
     if not path.endswith(".prom"):
         raise BadValueError(what="textfile path", value=path,
                             why="node_exporter's textfile collector reads only *.prom files")
-    fd, tmp = tempfile.mkstemp(prefix=".slurm-snap-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        # mkstemp makes 0600; node_exporter usually runs as another user.
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    # 0644: node_exporter usually runs as another user.
+    atomic_write(path, text.encode("utf-8"), mode=0o644, durable=True)

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from ..fsio import write_json
 from .runner import RunResult, run_program
 
 
@@ -29,12 +30,7 @@ def main(argv: list[str] | None = None) -> int:
                              marker_file=spec.get("marker_file"))
     except Exception as exc:  # the CLI must get a result, whatever happened
         result = RunResult(started=False, error=f"in-job runner failed: {type(exc).__name__}: {exc}")
-    tmp = spec["result"] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result.as_dict(), f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, spec["result"])
+    write_json(spec["result"], result.as_dict(), mode=0o644, durable=True)
     print(f"slurm-snap restore drill: first step {result.first_step}, exit status {result.exit_status}")
     return 0
 

@@ -23,6 +23,7 @@ import stat
 from ..backends.base import Backend
 from ..backends.transport import LocalTransport
 from ..errors import BackendError, BadValueError, Unsupported
+from ..fsio import write_json
 from ..paths import open_dirs_nofollow
 from .parts import BackendFor
 
@@ -53,14 +54,7 @@ def read_state(ns: str) -> dict | None:
 
 
 def write_state(ns: str, state: dict) -> None:
-    path = os.path.join(ns, STATE_FILE)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_json(os.path.join(ns, STATE_FILE), state, mode=0o644, durable=True, nofollow=True)
 
 
 def make_namespace(base: str, ns: str, uid: int, gid: int, *, base_must_be_ours: bool = False) -> str:

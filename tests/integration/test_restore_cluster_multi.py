@@ -75,7 +75,7 @@ def test_multi_class_multi_node_drill(cluster):
                 records.append(SnapshotRecord(volume_id=vol.id, backend=vc.backend, name=ref.name, ref=ref.ref,
                                               path=ref.path or "", node=node or "", cut_started_at=st.requested_at,
                                               cut_at=st.requested_at))
-            repo.record_snapshots(set_id, records)
+            repo.record_parts(set_id, records)
             repo.transition(set_id, S.CUT)
             repo.transition(set_id, S.COMPLETE, consistency=S.CRASH, checkpoint_step=500)
 

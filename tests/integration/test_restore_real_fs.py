@@ -112,7 +112,7 @@ def cut(inv, backend, live, vol_id, epoch, at):
     with inv.session() as repo:
         st, _ = repo.create_set(repo.job_run(42), epoch=epoch, trigger="manual", requested_at=at)
         repo.transition(st.id, S.CUTTING, at=at)
-        repo.record_snapshots(st.id, [SnapshotRecord(volume_id=vol_id, backend=backend.name, name=ref.name,
+        repo.record_parts(st.id, [SnapshotRecord(volume_id=vol_id, backend=backend.name, name=ref.name,
                                                      ref=ref.ref, path=ref.path or "", node="", cut_started_at=at,
                                                      cut_at=at)])
         repo.transition(st.id, S.CUT, at=at)

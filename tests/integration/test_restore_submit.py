@@ -71,7 +71,7 @@ def drillable_set(cluster, offset: int):
             st, _ = repo.create_set(run, epoch="e1", trigger="manual")
             set_id = st.id
             repo.transition(set_id, S.CUTTING)
-            repo.record_snapshots(set_id, [SnapshotRecord(
+            repo.record_parts(set_id, [SnapshotRecord(
                 volume_id=vol.id, backend="btrfs", name=ref.name, ref=ref.ref, path=ref.path or "", node="",
                 cut_started_at=st.requested_at, cut_at=st.requested_at)])
             repo.transition(set_id, S.CUT)

@@ -30,11 +30,43 @@ def raw(doc) -> bytes:
 def test_round_trip_with_build_ack():
     data = build_ack(job_id="42", epoch="od-3", node="n1", rank=4, local_rank=1, local_size=2,
                      step=100, written_at=WHEN,
-                     manifest=[ManifestEntry("/a/b", 5, None), ManifestEntry("/a/c", 0, "b" * 64)])
+                     manifest=[ManifestEntry("/a/b", 5, None), ManifestEntry("/a/c", 0, "b" * 64)],
+                     world_size=8, agreement="collective")
     ack = parse_ack(data, "42", "od-3")
-    assert ack == Ack(version=1, job_id="42", epoch="od-3", node="n1", rank=4, local_rank=1,
+    assert ack == Ack(version=2, job_id="42", epoch="od-3", node="n1", rank=4, local_rank=1,
                       local_size=2, step=100, written_at=WHEN,
-                      manifest=(ManifestEntry("/a/b", 5, None), ManifestEntry("/a/c", 0, "b" * 64)))
+                      manifest=(ManifestEntry("/a/b", 5, None), ManifestEntry("/a/c", 0, "b" * 64)),
+                      world_size=8, independent=False, agreement="collective")
+
+
+def test_version_1_from_an_older_client_still_parses_with_lockstep_fields_unknown():
+    ack = parse_ack(raw(good()), "42", "od-3")
+    assert (ack.version, ack.world_size, ack.independent, ack.agreement) == (1, None, False, "")
+    with pytest.raises(BadValueError, match="'world_size'.*unknown key"):
+        parse_ack(raw(good(world_size=8)), "42", "od-3")
+
+
+def v2(**changes) -> dict:
+    return good(**{"version": 2, "world_size": 8, "independent": False, "agreement": "", **changes})
+
+
+@pytest.mark.parametrize("doc,named", [
+    (v2(world_size=0), "'world_size' 0"),
+    (v2(rank=8), "'rank' 8: must be < world_size 8"),
+    (v2(world_size=1), "'rank' 4"),
+    (v2(independent="yes"), "'yes'"),
+    (v2(agreement="maybe"), "'maybe'"),
+    (v2(agreement="failed: " + "x" * 300), "'agreement'"),
+])
+def test_version_2_fields_are_checked(doc, named):
+    with pytest.raises(BadValueError) as info:
+        parse_ack(raw(doc), "42", "od-3")
+    assert named in str(info.value)
+
+
+def test_version_2_world_size_may_be_unknown():
+    ack = parse_ack(raw(v2(world_size=None, independent=True, agreement="failed: timed out")), "42", "od-3")
+    assert (ack.world_size, ack.independent, ack.agreement) == (None, True, "failed: timed out")
 
 
 def test_numeric_job_id_is_accepted_and_normalised():
@@ -44,7 +76,7 @@ def test_numeric_job_id_is_accepted_and_normalised():
 @pytest.mark.parametrize("doc,named", [
     (good(epoch="preempt-0"), "'preempt-0'"),
     (good(job_id="43"), "'43'"),
-    (good(version=2), "2"),
+    (good(version=3), "3"),
     (good(version=True), "True"),
     (good(rank="4"), "'4'"),
     (good(rank=-1), "-1"),
@@ -120,7 +152,6 @@ def test_node_barrier_complete():
 @pytest.mark.parametrize("acks", [
     [],
     [ack(0)],                                    # local rank 1 missing
-    [ack(0), ack(1, epoch="e2")],                # mixed epochs
     [ack(0), ack(1, local_size=3)],              # disagreeing local sizes
     [ack(0, local_size=3), ack(1, local_size=3)],
     [ack(0), ack(0, rank=7), ack(1)],            # two ranks claim local rank 0

@@ -106,20 +106,24 @@ def test_acks_snapshots_and_queries(inventory):
         run, vols = _job(repo)
         st, _ = repo.create_set(run, epoch="e1", trigger="manual", requested_at=T0)
         acks = [AckRecord(node=f"n{i}", rank=i - 1, local_rank=0, local_size=1, step=7,
-                          written_at=T0 + dt.timedelta(seconds=i), manifest=[{"path": "/x", "size": 3}])
+                          written_at=T0 + dt.timedelta(seconds=i), manifest=({"path": "/x", "size": 3},), world_size=3, agreement="collective")
                 for i in (1, 2, 3)]
         assert repo.record_acks(st.id, acks) == 3
         assert repo.record_acks(st.id, acks) == 0  # re-read barrier files: no duplicates
         parts = [SnapshotRecord(volume_id=v.id, backend="btrfs", name=f"s-{v.id}", ref=f"/snap/{v.id}",
                                 path=f"/snap/{v.id}", node=v.node, cut_started_at=T0, cut_at=T0) for v in vols]
-        assert len(repo.record_snapshots(st.id, parts)) == 4
-        assert len(repo.record_snapshots(st.id, parts)) == 4
+        assert repo.record_parts(st.id, parts) == 4
+        assert repo.record_parts(st.id, parts) == 0  # a rerun keeps what was recorded
         repo.transition(st.id, S.CUTTING)
         repo.transition(st.id, S.CUT)
         repo.transition(st.id, S.COMPLETE, consistency=S.APP, checkpoint_step=7)
         repo.transition(st.id, S.VERIFIED)
     with inventory.session() as repo:
         assert [a.node for a in repo.acks(st.id)] == ["n1", "n2", "n3"]
+        back = repo.ack_records(st.id)
+        assert [(a.world_size, a.agreement, a.independent, a.manifest) for a in back] == \
+            [(3, "collective", False, ({"path": "/x", "size": 3},))] * 3
+        assert all(a.seen_at is not None for a in back)
         assert len(repo.snapshots(st.id)) == 4
         assert repo.newest_set(100).id == st.id
         assert 100 in repo.newest_verified_by_job([100])

@@ -40,7 +40,7 @@ def add_second_snapshot(inv, w, set_id):
         (vol,) = repo.add_volumes(run, [VolumeSpec(path=live2, scope="shared", volume_class="scratch",
                                                    backend=NAME)])
         ref = backend.create(live2, f"b-{set_id}")
-        repo.record_snapshots(set_id, [SnapshotRecord(volume_id=vol.id, backend=NAME, name=ref.name, ref=ref.ref,
+        repo.record_parts(set_id, [SnapshotRecord(volume_id=vol.id, backend=NAME, name=ref.name, ref=ref.ref,
                                                       path=ref.path, node="", cut_started_at=T0, cut_at=T0)])
 
 

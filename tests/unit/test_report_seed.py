@@ -2,7 +2,7 @@
 
 NOW is 2026-11-30T12:00:00Z and times print in UTC, so the expected tables in
 the tests are exact. Sets go through the repository's own verbs (create_set,
-transition, record_snapshots) so the fixture has the shapes the coordinator
+transition, record_parts) so the fixture has the shapes the coordinator
 writes; acks, drills and events are added as rows because their verbs stamp
 the wall clock, which an exact expected table cannot follow.
 """
@@ -52,7 +52,7 @@ def _set(repo, run, vols, *, epoch, trigger, requested, final, consistency, veri
                            cut_at=secs(requested, 3.75 if v.node else 4), site=v.site, region=v.region,
                            manifest_ok=True)
             for v in (vols if parts is None else vols[:parts])]
-    repo.record_snapshots(st.id, recs)
+    repo.record_parts(st.id, recs)
     repo.transition(st.id, S.CUT, at=secs(requested, 4))
     fields = dict(consistency=consistency, skew_seconds=skew, checkpoint_step=step, manifest_ok=True,
                   reason=reason)

@@ -231,7 +231,7 @@ def add_set(inv, w: World, *, job_id: int = 42, epoch: str = "e1", state: str = 
         repo.transition(set_id, S.CUT, at=at + dt.timedelta(seconds=1))
         if snapshot:
             ref = backend.create(live, f"j{job_id}-{epoch}")
-            repo.record_snapshots(set_id, [SnapshotRecord(
+            repo.record_parts(set_id, [SnapshotRecord(
                 volume_id=vol.id, backend=NAME, name=ref.name, ref=ref.ref, path=ref.path or "", node="",
                 cut_started_at=at, cut_at=at + dt.timedelta(seconds=1))])
         final = state if state in (S.COMPLETE, S.PARTIAL, S.FAILED) else S.COMPLETE
