@@ -20,7 +20,7 @@ back from the inventory after the set finished, plus slurmctld's log:
 The reference is the application's own share (preemption -> slowest ack):
 the rest is Slurm's and slurm-snap's.
 
-    /opt/slurm-snap/venv/bin/python benchmarks/e2e.py --cluster STATE [--json OUT]
+    $SLURM_SNAP_VENV/bin/python benchmarks/e2e.py --cluster STATE [--json OUT]
 """
 from __future__ import annotations
 

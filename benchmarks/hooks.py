@@ -15,7 +15,7 @@ B. With --cluster STATE (a scripts/dev-cluster): short 1-node jobs submitted
    Prologs, then the batch script) and submit -> done; plus the sbatch
    command itself (the SPANK plugin validates the options by exec'ing the helper).
 
-    /opt/slurm-snap/venv/bin/python benchmarks/hooks.py [--quick] [--cluster STATE] [--json OUT]
+    $SLURM_SNAP_VENV/bin/python benchmarks/hooks.py [--quick] [--cluster STATE] [--json OUT]
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import Row, Unavailable  # noqa: E402
 
-HELPER = "/opt/slurm-snap/venv/bin/slurm-snap"
+HELPER = os.path.join(os.path.dirname(common.VENV_PY), "slurm-snap")
 PROLOG_SRC = os.path.join(common.REPO, "prolog", "slurm-snap-prolog")
 OPTED_OUT_TARGET_MS = 5.0     # "within a few ms of empty"
 OPTED_IN_TARGET_MS = 100.0    # "under 100 ms added"

@@ -101,6 +101,11 @@ class Cluster:
         return self.env["SLURM_CONF"]
 
     @property
+    def python(self) -> str:
+        """The venv's interpreter on every host (SLURM_SNAP_VENV at `up`)."""
+        return self.env["SLURM_SNAP_PYTHON"]
+
+    @property
     def user(self) -> str:
         return self.env.get("SLURM_SNAP_TEST_USER", "snapuser")
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = """#!/bin/bash
-srun /opt/slurm-snap/venv/bin/python {train} --steps 100000 --step-time 0.2 --release-timeout 60
+srun {python} {train} --steps 100000 --step-time 0.2 --release-timeout 60
 """
 
 
@@ -35,7 +35,7 @@ def _steps(out: Path) -> int:
 
 
 def _helper_argv(cluster, *args: str) -> list[str]:
-    return [cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap"),
+    return [cluster.env["SLURM_SNAP_HELPER"],
             "--config", cluster.env["SLURM_SNAP_CONFIG"], *args]
 
 
@@ -57,7 +57,7 @@ def _start_training(cluster, name: str, script: str, *sbatch: str) -> tuple[str,
     train = cluster.write_user_file(f"train-{name}.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
     out = cluster.make_user_dir(f"protocol-{name}-{time.monotonic_ns()}")
     jid = cluster.sbatch(*sbatch, "-N3", "--ntasks-per-node=1", "-c1", "--snapshot-volumes=scratch,pfs",
-                         "-o", f"{out}/slurm-%j.out", script=script.format(train=train))
+                         "-o", f"{out}/slurm-%j.out", script=script.format(train=train, python=cluster.python))
     log = out / f"slurm-{jid}.out"
     try:
         cluster.wait_state(jid, "RUNNING", timeout=60)
@@ -181,7 +181,7 @@ def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_fro
         assert any(k.endswith(".pt") for k in before[pfs_path]), before
         assert all(os.path.isdir(p) for p in vol_paths)
         drill = _cli(cluster, "restore-test", f"set:{set_id}", "--json", "--deadline", "120", "--command",
-                     f"/opt/slurm-snap/venv/bin/python {train} --steps {rank0_step + 3}", timeout=300)
+                     f"{cluster.python} {train} --steps {rank0_step + 3}", timeout=300)
         assert drill.returncode == 0, (drill.stdout, drill.stderr)
         result = json.loads(drill.stdout)
         # rank 0 of the drill resumes from rank 0's acknowledged checkpoint in
@@ -235,7 +235,7 @@ IGNORE_ON_N3 = """#!/bin/bash
 # The ranks on one node swallow the checkpoint signal (as code that does not
 # forward SIGUSR1 would): that node never acknowledges.
 srun /bin/bash -c 'if [ "$SLURMD_NODENAME" = n3 ]; then extra=--ignore-signal; fi; \
-exec /opt/slurm-snap/venv/bin/python {train} --steps 100000 --step-time 0.2 --release-timeout 60 $extra'
+exec {python} {train} --steps 100000 --step-time 0.2 --release-timeout 60 $extra'
 """
 
 

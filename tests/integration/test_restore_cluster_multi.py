@@ -21,7 +21,6 @@ from slurm_snap.restore.drill import Drill
 
 pytestmark = pytest.mark.integration
 
-PYTHON = "/opt/slurm-snap/venv/bin/python"
 PROGRAM = textwrap.dedent('''
     import json, os, sys
     restored = json.loads(os.environ["SLURM_SNAP_RESTORE_MAP"])
@@ -60,7 +59,7 @@ def test_multi_class_multi_node_drill(cluster):
         inv.upgrade()
         with inv.session() as repo:
             run = repo.record_job_run(job_id=job_id, restart_count=0, user_name=owner.pw_name, uid=owner.pw_uid,
-                                      nodes=["n1", "n2"], options={"resume_cmd": f"{PYTHON} {program} {seen}"})
+                                      nodes=["n1", "n2"], options={"resume_cmd": f"{cluster.python} {program} {seen}"})
             vols = repo.add_volumes(run, [VolumeSpec(path=live, scope=vc.scope, volume_class=vc.name,
                                                      backend=vc.backend, node=node or "")
                                           for (vc, node), live in zip(parts, lives)])

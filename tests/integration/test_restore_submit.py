@@ -21,7 +21,6 @@ from slurm_snap.protocol import states as S
 
 pytestmark = pytest.mark.integration
 
-PYTHON = "/opt/slurm-snap/venv/bin/python"
 PROGRAM = textwrap.dedent('''
     import json, os, sys, time
     root = os.environ["SLURM_SNAP_RESTORE_PFS"]
@@ -65,7 +64,7 @@ def drillable_set(cluster, offset: int):
         ref = backend.create(live, f"drill-{job_id}")
         with inv.session() as repo:
             run = repo.record_job_run(job_id=job_id, restart_count=0, user_name=owner.pw_name, uid=owner.pw_uid,
-                                      options={"resume_cmd": f"{PYTHON} {program} {seen}"})
+                                      options={"resume_cmd": f"{cluster.python} {program} {seen}"})
             (vol,) = repo.add_volumes(run, [VolumeSpec(path=live, scope="shared", volume_class="pfs",
                                                        backend="btrfs")])
             st, _ = repo.create_set(run, epoch="e1", trigger="manual")
