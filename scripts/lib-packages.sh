@@ -1,7 +1,8 @@
 # Installs what the dev cluster needs on a fresh Debian 12. Sourced.
 
 DEV_PACKAGES="slurm-wlm slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
-btrfs-progs xfsprogs openssh-server build-essential lua5.3 sudo python3 python3-venv"
+btrfs-progs xfsprogs openssh-server build-essential lua5.3 sudo python3 python3-venv
+iproute2 util-linux"
 # The one place that names the venv the hooks, the SPANK plugin's helper=,
 # tests, the demo and benchmarks run. Two developers (or a developer and CI) on
 # one machine each set their own, so one's reinstall cannot break the other's
@@ -17,9 +18,10 @@ package_installed() {
 	[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]
 }
 
+# Arguments: packages wanted beyond DEV_PACKAGES (e.g. the inventory's server).
 ensure_packages() {
 	local missing="" p created_policy=""
-	for p in $DEV_PACKAGES; do
+	for p in $DEV_PACKAGES "$@"; do
 		package_installed "$p" || missing="$missing $p"
 	done
 	[ -z "$missing" ] && return 0
