@@ -147,10 +147,13 @@ write_snap_config() {
 		dest=$STATE/hosts/$h/etc/slurm-snap.toml
 		url=$(url_for_host "$h")
 		{
+			printf '# slurm-snap configuration of host %s of the dev cluster in %s,\n' "$h" "$STATE"
+			printf '# rendered by scripts/dev-cluster from etc/slurm-snap.toml.dev.\n\n'
+			# The template's header explains its placeholders: not this file's business.
 			if [ "$h" = ctl ]; then
-				sed -e '/^# >>> ctl only/d' -e '/^# <<< ctl only/d' "$template"
+				sed -e '1,/^$/d' -e '/^# >>> ctl only/d' -e '/^# <<< ctl only/d' "$template"
 			else
-				sed -e '/^# >>> ctl only/,/^# <<< ctl only/d' "$template"
+				sed -e '1,/^$/d' -e '/^# >>> ctl only/,/^# <<< ctl only/d' "$template"
 			fi
 			if [ "$h" = ctl ] && [ -n "${SERVICE_LISTEN:-}" ]; then
 				printf '\n[service]\nlisten = "%s"\n' "$SERVICE_LISTEN"
