@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from slurm_snap import access, config  # noqa: E402
 from slurm_snap.inventory.repository import Inventory, VolumeSpec  # noqa: E402
-from slurm_snap.protocol import states as S  # noqa: E402
+from slurm_snap import states as S  # noqa: E402
 from slurm_snap.protocol.coordinator import Coordinator  # noqa: E402
 from slurm_snap.protocol.cutter import MAX_WORKERS  # noqa: E402
 from slurm_snap.protocol.simulate import SimRanks, plan_ranks, register_test_backends  # noqa: E402

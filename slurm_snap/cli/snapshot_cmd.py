@@ -6,7 +6,7 @@ import json
 import click
 
 from .. import errors
-from ..protocol import states as S
+from .. import states as S
 from .context import JobIdType
 
 

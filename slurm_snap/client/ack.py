@@ -14,13 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from slurm_snap.errors import BadValueError
+from slurm_snap.jobdir import ack_filename, check_name  # noqa: F401 (part of the client's API)
 
 ACK_VERSION = 1
 MAX_ACK_BYTES = 1 << 20
 
-# Epochs and node names become file names (release/<epoch>, ack/<node>.<rank>.json):
-# a conservative character set keeps them from escaping their directory.
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:+-]{0,127}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 _FIELDS = {
@@ -53,19 +51,6 @@ class Ack:
 
 def _bad(field: str, value, why: str) -> BadValueError:
     return BadValueError(what=f"acknowledgement field {field!r}", value=value, why=why)
-
-
-def check_name(what: str, value) -> str:
-    """Validate an epoch or node name that is used as a file name."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise BadValueError(what=what, value=value,
-                            why="must be 1-128 characters of A-Z a-z 0-9 . _ : + - and not start with . or -")
-    return value
-
-
-def ack_filename(node: str, rank: int) -> str:
-    """`<node>.<rank>.json`, the name of a rank's ack in `<job dir>/ack/`."""
-    return f"{check_name('node name', node)}.{int(rank)}.json"
 
 
 # Ranks and sizes fit the inventory's 32-bit columns, steps its 64-bit one: a

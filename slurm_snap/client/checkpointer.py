@@ -18,13 +18,14 @@ import stat
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 
-from slurm_snap.client import jobfiles, slurmenv
-from slurm_snap.client.ack import ManifestEntry, ack_filename, build_ack, check_name
-from slurm_snap.client.durable import atomic_write, fsync_path, parent_dirs, sha256_file
+from slurm_snap.client import slurmenv
+from slurm_snap.client.ack import ManifestEntry, build_ack
 from slurm_snap.client.marker import mark_first_step
-from slurm_snap.client.release import wait_for_path
 from slurm_snap.client.signals import SignalFlag, parse_signal
 from slurm_snap.errors import BadValueError, NotFound, UsageError
+from slurm_snap.fsio import atomic_write, fsync_path, parent_dirs, sha256_file
+from slurm_snap.jobdir import JobDir, check_name
+from slurm_snap.watch import wait_for_path
 
 DEFAULT_SIGNALS = ("SIGUSR1", "SIGTERM")
 PREEMPT_EPOCH_PREFIX = "preempt-"
@@ -73,11 +74,15 @@ class Checkpointer:
         return self.job_id is not None and self.barrier_dir is not None
 
     @property
-    def job_dir(self) -> str:
+    def jobdir(self) -> JobDir:
         if not self.enabled:
             raise UsageError("slurm-snap client: SLURM_JOB_ID and SLURM_SNAP_BARRIER_DIR must be set "
                              f"(job id {self.job_id!r}, barrier dir {self.barrier_dir!r})")
-        return os.path.join(self.barrier_dir, self.job_id)
+        return JobDir(self.barrier_dir, self.job_id)
+
+    @property
+    def job_dir(self) -> str:
+        return self.jobdir.path
 
     # -- signals ------------------------------------------------------------
     def install(self) -> "Checkpointer":
@@ -114,8 +119,9 @@ class Checkpointer:
         a request). Fixed once computed, until the request is served."""
         if self._epoch is not None:
             return self._epoch
-        request = jobfiles.read_request(os.path.join(self.job_dir, "request.json"), self.job_id)
-        if request is not None and jobfiles.request_is_current(request, os.path.join(self.job_dir, "release")):
+        jd = self.jobdir
+        request = jd.read_request()
+        if request is not None and jd.request_is_current(request):
             epoch = request["epoch"]
         else:
             epoch = f"{PREEMPT_EPOCH_PREFIX}{self.restart_count}"
@@ -160,11 +166,11 @@ class Checkpointer:
                     directories.append(directory)
         for directory in directories:
             fsync_path(directory, directory=True)
-        ack_dir = os.path.join(self.job_dir, "ack")
-        if not os.path.isdir(ack_dir):
-            os.makedirs(ack_dir, mode=0o700, exist_ok=True)
-            fsync_path(self.job_dir, directory=True)
-        ack_path = os.path.join(ack_dir, ack_filename(self.node, self.rank))
+        jd = self.jobdir
+        if not os.path.isdir(jd.ack):
+            os.makedirs(jd.ack, mode=0o700, exist_ok=True)
+            fsync_path(jd.path, directory=True)
+        ack_path = jd.ack_path(self.node, self.rank)
         atomic_write(ack_path, build_ack(
             job_id=self.job_id, epoch=epoch, node=self.node, rank=self.rank,
             local_rank=self.local_rank, local_size=self.local_size, step=step,
@@ -172,7 +178,7 @@ class Checkpointer:
         return ack_path
 
     def release_path(self, epoch: str | None = None) -> str:
-        return os.path.join(self.job_dir, "release", check_name("epoch", epoch or self.epoch()))
+        return self.jobdir.release_path(epoch or self.epoch())
 
     def wait_for_release(self, timeout: float, use_inotify: bool = True) -> bool:
         """Wait until the coordinator releases this epoch. True when released;
@@ -196,11 +202,11 @@ class Checkpointer:
         this rank is not under slurm-snap."""
         if not self.enabled:
             return None
-        return jobfiles.read_resume(os.path.join(self.job_dir, "resume.json"))
+        return self.jobdir.read_resume()
 
     def volume_path(self, class_name: str) -> str:
         """Path of a declared volume class for this node, from job.json."""
-        path = jobfiles.find_volume(os.path.join(self.job_dir, "job.json"), class_name, self.node)
+        path = self.jobdir.find_volume(class_name, self.node)
         if path is None:
             raise NotFound(what="volume class", value=class_name)
         return path

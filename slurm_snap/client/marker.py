@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from slurm_snap.client.durable import atomic_write
+from slurm_snap.fsio import atomic_write
 from slurm_snap.errors import BadValueError
 
 FIRST_STEP_MARKER = "SLURM_SNAP_FIRST_STEP"
@@ -31,5 +31,5 @@ def mark_first_step(step: int, env=None, stream=None) -> str:
     stream.flush()
     target = (os.environ if env is None else env).get(MARKER_FILE_ENV)
     if target:
-        atomic_write(os.path.abspath(target), (line + "\n").encode(), mode=0o644)
+        atomic_write(os.path.abspath(target), (line + "\n").encode(), mode=0o644, durable=True)
     return line

@@ -20,7 +20,7 @@ from ..config import Config
 from ..errors import PathError, Unsupported
 from ..inventory.records import VolumeSpec
 from ..slurm.jobenv import JobEnv
-from . import barrierdir
+from ..jobdir import JobDir
 from .volumes import parse_declaration, specs_for_job
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,11 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
     per_job = {(d.vc.name) for d in declared if d.rel is None}
     for spec in mine:
         _prepare_volume(cfg, spec, job, create=spec.volume_class in per_job and _is_class_path(cfg, spec, job))
-    barrierdir.prepare(cfg.paths.barrier_dir, job.job_id, job.uid, job.gid)
-    barrierdir.write_json(barrierdir.job_dir(cfg.paths.barrier_dir, job.job_id), "job.json", {
+    JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid).write_job({
         "job_id": job.job_id, "restart_count": job.restart_count, "user": job.user, "nodes": list(job.nodes),
         "signal": cfg.protocol.checkpoint_signal,
         "volumes": [{"class": s.volume_class, "scope": s.scope, "node": s.node or None, "path": s.path}
-                    for s in specs]}, gid=job.gid)
+                    for s in specs]})
     resumed = ""
     if job.restart_count > 0 and job.node == job.head_node:
         from ..protocol import preempt

@@ -17,15 +17,12 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, selectinload
 from sqlalchemy.sql.expression import ColumnElement
 
+from ..clock import utcnow
 from ..errors import InvalidTransition, InventoryError, NotFound
-from ..protocol import states as S
+from .. import states as S
 from . import db
 from .records import AckRecord, SetFilter, SnapshotRecord, VolumeSpec  # noqa: F401 (re-exported)
 from .models import BarrierAck, Event, JobRun, RestoreTest, Snapshot, SnapshotSet, Volume
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 # Which timestamp column a state change stamps.

@@ -17,15 +17,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from ..clock import utcnow
 from ..client.ack import MAX_ACK_BYTES, Ack, node_barrier_complete, parse_ack
 from ..errors import BadValueError
-from .watch import DirWatcher
+from ..jobdir import is_ack_name
+from ..watch import Watcher
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 @dataclass
@@ -92,7 +90,7 @@ class AckCollector:
         self.close()
 
     def _wanted(self, name: str) -> bool:
-        if name.startswith(".") or not name.endswith(".json"):
+        if not is_ack_name(name):
             return False  # the client's temporaries and foreign files
         return self.node_filter is None or name.startswith(self.node_filter + ".")
 
@@ -209,7 +207,7 @@ def wait_for_barrier(collector: AckCollector, *, timeout: float, use_inotify: bo
     at once.
     """
     deadline = time.monotonic() + max(0.0, timeout)
-    with DirWatcher(collector.ack_dir, use_inotify=use_inotify) as watcher:
+    with Watcher([collector.ack_dir], use_inotify=use_inotify, close_in_background=True) as watcher:
         collector.rescan()  # after the watch is set: nothing slips between
         while not collector.state.all_complete:
             remaining = deadline - time.monotonic()

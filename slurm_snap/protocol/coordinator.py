@@ -25,13 +25,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from ..clock import utcnow
 from .. import access
 from ..client.ack import MAX_ACK_BYTES
 from ..config import Config
 from ..errors import BadValueError, Busy, InvalidTransition, NotFound, SnapError
-from . import finalize, jobfiles, owner
+from ..jobdir import JobDir
+from . import finalize, owner
 from .ackledger import AckLedger
-from . import states as S
+from .. import states as S
 from .barrier import AckCollector, wait_for_barrier
 from .cutter import CutPool, VolumeInfo, assign_manifests
 from .verdict import AckFact, PartOutcome, decide, expected_parts, node_barriers
@@ -39,10 +41,6 @@ from .verdict import AckFact, PartOutcome, decide, expected_parts, node_barriers
 log = logging.getLogger(__name__)
 
 Hook = Callable[[str], None]
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 def new_epoch() -> str:
@@ -146,7 +144,7 @@ class Coordinator:
         gc.disable()
         try:
             self.hook("created")
-            dirs = jobfiles.ensure(self.cfg.paths.barrier_dir, job_id, uid)
+            dirs = JobDir(self.cfg.paths.barrier_dir, job_id).ensure(uid)
             collector = None
             extra: list[str] = []
             if wanted == "app":
@@ -169,7 +167,7 @@ class Coordinator:
             t = time.monotonic()
             if dirs is not None:
                 try:
-                    jobfiles.write_release(dirs, epoch=epoch, set_id=set_id, state=out.state,
+                    dirs.write_release(epoch=epoch, set_id=set_id, state=out.state,
                                            consistency=out.consistency)
                 except OSError as exc:  # logged, never masks the set's own outcome
                     log.error("job %s: cannot write release/%s: %s", job_id, epoch, exc)
@@ -182,7 +180,7 @@ class Coordinator:
     # -- signal and barrier -------------------------------------------------------
     def _quiesce(self, out: Outcome, dirs, job_id, epoch, requested_at, deadline_s, uid, nodes, run_id, t0):
         t = time.monotonic()
-        jobfiles.write_request(dirs, job_id=job_id, epoch=epoch, requested_at=requested_at,
+        dirs.write_request(epoch=epoch, requested_at=requested_at,
                                deadline=requested_at + dt.timedelta(seconds=deadline_s))
         extra = []
         signalled = True

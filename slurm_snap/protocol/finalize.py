@@ -8,7 +8,7 @@ import datetime as dt
 from typing import Sequence
 
 from ..client.ack import Ack, node_barrier_complete
-from . import states as S
+from .. import states as S
 from .cutter import VolumeInfo, assign_manifests
 from .verdict import AckFact, PartOutcome, Verdict, decide, expected_parts, node_barriers
 

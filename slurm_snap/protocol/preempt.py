@@ -27,9 +27,11 @@ import datetime as dt
 import logging
 import os
 
+from ..clock import utcnow
 from ..errors import NotFound
-from . import ackledger, finalize, jobfiles
-from . import states as S
+from ..jobdir import JobDir
+from . import ackledger, finalize
+from .. import states as S
 from .barrier import AckCollector
 from .coordinator import part_row
 from .cutter import VolumeInfo, assign_manifests, cut_all
@@ -39,10 +41,6 @@ log = logging.getLogger(__name__)
 PREEMPT_PREFIX = "preempt-"
 # Not host:pid: no single process owns a preemption set.
 PREEMPT_OWNER = "slurm:preempt"
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 def preempt_epoch(restart_count: int) -> str:
@@ -134,7 +132,7 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
             or (v.scope == "shared" and node == head)]
     dirs = None
     try:
-        dirs = jobfiles.ensure(cfg.paths.barrier_dir, job.job_id, uid)
+        dirs = JobDir(cfg.paths.barrier_dir, job.job_id).ensure(uid)
         with AckCollector(dirs.ack, job_id=job.job_id, epoch=epoch, nodes=nodes, owner_uid=uid,
                           node_filter=None if node == head else node, clock=clock) as collector:
             collector.rescan()
@@ -177,7 +175,7 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
     finally:
         if dirs is not None:
             try:
-                jobfiles.write_release(dirs, epoch=epoch, set_id=set_id, state="", consistency="")
+                dirs.write_release(epoch=epoch, set_id=set_id, state="", consistency="")
             except OSError as exc:
                 log.error("job %s: cannot write release/%s: %s", job.job_id, epoch, exc)
 
@@ -208,6 +206,6 @@ def prepare_resume(cfg, inventory, job) -> dict | None:
         data = {"set_id": st.id, "step": st.checkpoint_step if st.checkpoint_step is not None else first.step,
                 "checkpoint": {"live": live, "snapshot": snapshot}}
         uid = st.job_run.uid
-    dirs = jobfiles.ensure(cfg.paths.barrier_dir, job.job_id, uid)
-    jobfiles.write_resume(dirs, data)
+    dirs = JobDir(cfg.paths.barrier_dir, job.job_id).ensure(uid)
+    dirs.write_resume(data)
     return data

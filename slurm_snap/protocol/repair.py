@@ -22,16 +22,14 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from ..clock import utcnow
 from ..errors import SnapError
-from . import finalize, jobfiles, owner
-from . import states as S
+from ..jobdir import JobDir
+from . import finalize, owner
+from .. import states as S
 from .cutter import VolumeInfo, snapshot_name
 
 log = logging.getLogger(__name__)
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 @dataclass
@@ -159,8 +157,8 @@ def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, 
                 if p.state == "CUT":
                     repo.set_snapshot_state(p.id, "DELETED")
     try:
-        dirs = jobfiles.ensure(cfg.paths.barrier_dir, info["job_id"], info["uid"])
-        jobfiles.write_release(dirs, epoch=info["epoch"], set_id=set_id, state=action.new_state, consistency="")
+        dirs = JobDir(cfg.paths.barrier_dir, info["job_id"]).ensure(info["uid"])
+        dirs.write_release(epoch=info["epoch"], set_id=set_id, state=action.new_state, consistency="")
     except (OSError, SnapError) as exc:
         action.errors.append(f"cannot write release/{info['epoch']}: {exc}")
     return action

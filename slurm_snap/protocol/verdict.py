@@ -22,7 +22,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from . import states as S
+from .. import states as S
 
 # A rank's clock may be a little behind the coordinator's: an acknowledgement
 # carrying this set's fresh epoch cannot predate the request except by skew.

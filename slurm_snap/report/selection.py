@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .. import access
 from ..errors import BadValueError, PermissionDenied
 from ..inventory.repository import SetFilter
-from ..protocol import states as S
+from .. import states as S
 from .slurmtime import parse_time
 
 

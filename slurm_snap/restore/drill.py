@@ -23,9 +23,10 @@ import shlex
 import signal
 from dataclasses import dataclass, field
 
+from ..clock import utcnow
 from .. import errors
 from ..access import Caller, current_caller, is_operator, require_owner_or_operator
-from ..protocol import states as S
+from .. import states as S
 from . import namespace as nsmod
 from .guard import check_caller_may_write, check_residency, check_target
 from .parts import BackendFor, backend_resolver, ref_from_row
@@ -39,10 +40,6 @@ NOT_THE_SETS_FAULT = (errors.ConfigError, errors.ToolMissing, errors.Unsupported
 # A RUNNING test without drill.json younger than this may still be setting up.
 STALE_AFTER = 120.0
 PROGRAM_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from .. import errors
-from ..protocol import states as S
+from .. import states as S
 from .parts import BackendFor, ref_from_row
 from .retention import KEEP, Decision, Policy, SetSummary, decide
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ..errors import BadValueError
-from ..protocol import states as S
+from .. import states as S
 
 KEEP = "keep"
 DELETE = "delete"

@@ -16,7 +16,7 @@ from slurm_snap import access, config as config_mod
 from slurm_snap.backends import factory
 from slurm_snap.client import Checkpointer
 from slurm_snap.inventory.repository import Inventory, VolumeSpec
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Coordinator
 from slurm_snap.protocol.cutter import snapshot_name
 from slurm_snap.protocol.repair import repair

@@ -22,7 +22,7 @@ from slurm_snap import config as config_mod
 from slurm_snap.access import Caller
 from slurm_snap.backends import factory
 from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.restore.drill import Drill
 from slurm_snap.restore.parts import backend_resolver
 from slurm_snap.restore.prune import Pruner

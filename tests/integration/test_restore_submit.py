@@ -18,7 +18,7 @@ from slurm_snap import config as config_mod
 from slurm_snap.backends import factory
 from slurm_snap.cli import main
 from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 
 pytestmark = pytest.mark.integration
 

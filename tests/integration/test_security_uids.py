@@ -53,16 +53,16 @@ def users():
 @pytest.fixture
 def area(users):
     """A world-traversable temp dir (pytest's tmp_path is 0700 root) with two jobs' barrier dirs."""
-    from slurm_snap.hooks import barrierdir
+    from slurm_snap.jobdir import JobDir
     d = Path(tempfile.mkdtemp(prefix="slurm-snap-sec-", dir="/var/tmp"))
     d.chmod(0o755)
     barriers = d / "barriers"
     jobs = {}
     for job_id, who in ((101, "owner"), (202, "other")):
         uid, gid = users[who]
-        jd = barrierdir.prepare(str(barriers), job_id, uid, gid)
-        barrierdir.write_json(jd, "job.json", {"job_id": job_id, "user": who}, gid=gid)
-        jobs[job_id] = Path(jd)
+        jd = JobDir(str(barriers), job_id).prepare(uid, gid)
+        jd.write_job({"job_id": job_id, "user": who})
+        jobs[job_id] = Path(jd.path)
     try:
         yield d, jobs
     finally:

@@ -22,7 +22,7 @@ import pytest
 from protocol_fixtures import ROOT, make_env
 from slurm_snap import access, errors
 from slurm_snap.cli import main
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Coordinator
 
 
@@ -230,8 +230,8 @@ def test_inventory_created_by_root_under_a_permissive_umask_is_still_0600(tmp_pa
 
 
 def test_barrier_directory_layout_from_the_prolog(tmp_path):
-    from slurm_snap.hooks import barrierdir
-    jd = barrierdir.prepare(str(tmp_path / "b"), 9, OWNER_UID, OWNER_UID)
+    from slurm_snap.jobdir import JobDir
+    jd = JobDir(str(tmp_path / "b"), 9).prepare(OWNER_UID, OWNER_UID).path
     st_job, st_ack, st_rel = (os.stat(os.path.join(jd, x)) for x in ("", "ack", "release"))
     assert (st_job.st_uid, stat.S_IMODE(st_job.st_mode)) == (0, 0o750)
     assert (st_ack.st_uid, stat.S_IMODE(st_ack.st_mode)) == (OWNER_UID, 0o700)
@@ -240,14 +240,14 @@ def test_barrier_directory_layout_from_the_prolog(tmp_path):
 
 def test_prolog_refuses_a_barrier_entry_the_user_replaced_with_a_link(tmp_path):
     """If a job dir entry were a symlink (e.g. left by an earlier job of a reused id), root must not chown through it."""
-    from slurm_snap.hooks import barrierdir
+    from slurm_snap.jobdir import JobDir
     base = tmp_path / "b"
     base.mkdir()
     victim = tmp_path / "victim"
     victim.mkdir(mode=0o755)
     os.symlink(victim, base / "9")
     with pytest.raises(errors.PathError) as ei:
-        barrierdir.prepare(str(base), 9, OWNER_UID, OWNER_UID)
+        JobDir(str(base), 9).prepare(OWNER_UID, OWNER_UID)
     assert str(base / "9") in str(ei.value) and "refusing to follow" in str(ei.value)
     st = os.stat(victim)
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from slurm_snap.client import Checkpointer
-from slurm_snap.client.release import wait_for_path
+from slurm_snap.watch import wait_for_path
 from slurm_snap.errors import BadValueError
 
 

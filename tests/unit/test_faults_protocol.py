@@ -31,7 +31,7 @@ from slurm_snap import errors
 from slurm_snap.cli import main
 from slurm_snap.client.ack import build_ack
 from slurm_snap.protocol import preempt
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Coordinator
 from slurm_snap.protocol.repair import repair
 from test_protocol_repair import run_and_kill, snapshot_dirs

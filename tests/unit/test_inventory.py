@@ -8,7 +8,7 @@ import pytest
 
 from slurm_snap import errors
 from slurm_snap.inventory.repository import AckRecord, Inventory, SetFilter, SnapshotRecord, VolumeSpec
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.timezone.utc)
 

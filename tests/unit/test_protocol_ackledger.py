@@ -12,7 +12,7 @@ import pytest
 
 from protocol_fixtures import ROOT, make_env
 from slurm_snap.inventory.repository import Inventory
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.protocol.ackledger import AckLedger
 from slurm_snap.protocol.barrier import AckCollector, wait_for_barrier
 from slurm_snap.protocol.coordinator import Coordinator

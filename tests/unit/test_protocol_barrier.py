@@ -11,7 +11,7 @@ import pytest
 from protocol_fixtures import make_env
 from slurm_snap.client.ack import MAX_ACK_BYTES
 from slurm_snap.protocol.barrier import AckCollector, wait_for_barrier
-from slurm_snap.protocol.watch import DirWatcher
+from slurm_snap.watch import Watcher
 
 EPOCH = "sdeadbeef"
 
@@ -124,7 +124,7 @@ def test_wait_gives_up_at_the_deadline_and_reports_who_is_missing(env):
 
 
 def test_watcher_reports_names_from_inotify(env):
-    with DirWatcher(env.ack_dir) as w:
+    with Watcher([env.ack_dir]) as w:
         from realcomponents import require
 
         require(bool(w.inotify), "inotify unavailable on this kernel")

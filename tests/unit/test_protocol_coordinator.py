@@ -12,7 +12,7 @@ import pytest
 from protocol_fixtures import ROOT, make_env
 from slurm_snap import access, errors
 from slurm_snap.cli import main
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Coordinator
 
 

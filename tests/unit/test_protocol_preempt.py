@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import pytest
 
 from protocol_fixtures import make_env
-from slurm_snap.client import jobfiles as client_jobfiles
+from slurm_snap.jobdir import JobDir
 from slurm_snap.errors import NotFound
 from slurm_snap.protocol import preempt
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.protocol.repair import repair
 
 
@@ -89,7 +89,7 @@ def test_resume_json_points_into_the_snapshot(env):
     with env.inv.session() as repo:
         repo.record_job_run(job_id=env.job_id, restart_count=1, user_name="alice", uid=1000, nodes=["n1", "n2"])
     data = preempt.prepare_resume(env.cfg, env.inv, job(env, "n1"))
-    resume = client_jobfiles.read_resume(os.path.join(env.job_dir, "resume.json"))
+    resume = JobDir(os.path.dirname(env.job_dir), env.job_id).read_resume()
     assert resume == {"set_id": data["set_id"], "step": 11, "checkpoint": data["checkpoint"]}
     live, snap = resume["checkpoint"]["live"], resume["checkpoint"]["snapshot"]
     assert live == os.path.join(env.local_paths["n1"], "ckpt-rank0.pt")

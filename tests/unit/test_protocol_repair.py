@@ -16,7 +16,7 @@ from protocol_fixtures import make_env
 from slurm_snap import errors
 from slurm_snap.cli import main
 from slurm_snap.protocol import owner
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.protocol.repair import repair
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -5,7 +5,7 @@ import datetime as dt
 
 import pytest
 
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.protocol.repair import stale_reason
 from slurm_snap.protocol.verdict import (AckFact, PartOutcome, decide, expected_parts,
                                          node_barriers, skew)

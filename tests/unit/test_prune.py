@@ -11,7 +11,7 @@ from slurm_snap import errors
 from slurm_snap.backends import factory
 from slurm_snap.cli import main
 from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.restore.parts import backend_resolver
 from slurm_snap.restore.prune import Pruner
 from slurm_snap.restore.retention import Policy

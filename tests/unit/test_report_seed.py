@@ -18,7 +18,7 @@ from slurm_snap import access
 from slurm_snap.cli.context import Ctx
 from slurm_snap.inventory.models import BarrierAck, Event, RestoreTest
 from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ import pytest
 
 from slurm_snap import errors
 from slurm_snap.access import Caller
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.restore import drill as drill_mod
 from slurm_snap.restore.drill import Drill
 

@@ -26,7 +26,7 @@ from slurm_snap.backends import factory
 from slurm_snap.backends.base import Backend, Capabilities, SnapshotRef, check_abs_path, check_name
 from slurm_snap.backends.registry import default_registry
 from slurm_snap.inventory.repository import SnapshotRecord, VolumeSpec
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 
 NAME = "test-dircopy"
 OWNER = "nobody"

@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 
 from slurm_snap import errors
-from slurm_snap.protocol import states as S
+from slurm_snap import states as S
 from slurm_snap.restore.retention import DELETE, KEEP, Policy, SetSummary, decide, parse_duration
 
 UTC = dt.timezone.utc
