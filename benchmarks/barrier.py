@@ -15,7 +15,7 @@ a random moment (0.05 to 1.05 s later) so the naive poll's phase is random.
 Clocks: time.monotonic() is system-wide on Linux, so writer and waiter
 (different processes) compare directly.
 
-    /opt/slurm-snap/venv/bin/python benchmarks/barrier.py [--quick] [--nodes 8] [--trials 30]
+    $SLURM_SNAP_VENV/bin/python benchmarks/barrier.py [--quick] [--nodes 8] [--trials 30]
 """
 from __future__ import annotations
 

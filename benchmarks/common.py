@@ -22,7 +22,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-VENV_PY = "/opt/slurm-snap/venv/bin/python"
+# The venv scripts/lib-packages.sh installs (SLURM_SNAP_VENV overrides it there too).
+VENV_PY = os.path.join(os.environ.get("SLURM_SNAP_VENV") or "/opt/slurm-snap/venv", "bin", "python")
 SBIN = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 

@@ -20,7 +20,7 @@ waking N+1 threads' worth of work costs in CPython on this machine, before
 the coordinator does anything.
 Targets (docs/PRIOR-ART.md): N=1 10 ms, 8 15 ms, 64 25 ms, 512 50 ms, 1000 75 ms.
 
-    PYTHONPATH=. /opt/slurm-snap/venv/bin/python benchmarks/coordinator.py [--nodes 1,8,64] [--repeat 5]
+    PYTHONPATH=. $SLURM_SNAP_VENV/bin/python benchmarks/coordinator.py [--nodes 1,8,64] [--repeat 5]
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ made by the product's btrfs backend (create_volume): SMALL (default 1 GiB in
 The growth row (BIG snapshot / SMALL snapshot) shows the cut does not grow
 with the data. Free space is checked first; BIG shrinks (with a note) if short.
 
-    /opt/slurm-snap/venv/bin/python benchmarks/cut.py [--quick] [--small 1G:10000] [--big 10G:100000]
+    $SLURM_SNAP_VENV/bin/python benchmarks/cut.py [--quick] [--small 1G:10000] [--big 10G:100000]
 """
 from __future__ import annotations
 

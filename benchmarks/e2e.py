@@ -3,7 +3,7 @@ COMPLETE, broken into phases.
 
 The PyTorch example (examples/train.sbatch running examples/train.py, 3 nodes,
 --snapshot-on-preempt --snapshot-volumes=scratch,pfs) is submitted to the low
-partition as the test user; once every rank trains, a job on the high
+partition as the test user on the login host of the multi-host dev cluster; once every rank trains, a job on the high
 partition preempts it. The phases come from what the product recorded, read
 back from the inventory after the set finished, plus slurmctld's log:
 
@@ -20,7 +20,7 @@ back from the inventory after the set finished, plus slurmctld's log:
 The reference is the application's own share (preemption -> slowest ack):
 the rest is Slurm's and slurm-snap's.
 
-    /opt/slurm-snap/venv/bin/python benchmarks/e2e.py --cluster STATE [--json OUT]
+    $SLURM_SNAP_VENV/bin/python benchmarks/e2e.py --cluster STATE [--json OUT]
 """
 from __future__ import annotations
 
@@ -62,18 +62,34 @@ def kill_time(log_path: str, offset: int, job_id: int) -> float | None:
     return None
 
 
-def run_preemption(state: str) -> dict:
-    from slurm_snap.config import load
-    from slurm_snap.inventory.repository import Inventory
+def _finished_preempt_set(repo, jid: int):
+    for st in repo.sets_of_job(jid):
+        if st.trigger == "preempt" and st.state not in ACTIVE:
+            return st.id
+    return None
 
+
+def _set_record(repo, set_id: int):
+    st = repo.get_set(set_id)
+    rec = {k: getattr(st, k) for k in ("id", "state", "consistency", "reason", "epoch", "requested_at",
+                                       "signalled_at", "barrier_at", "cut_started_at", "cut_done_at",
+                                       "finished_at", "checkpoint_step")}
+    ack_times = sorted(a.written_at.timestamp() for a in repo.acks(set_id))
+    cuts = [(p.cut_started_at.timestamp(), p.cut_at.timestamp(), p.node or "shared")
+            for p in repo.snapshots(set_id, include_deleted=True)]
+    return rec, ack_times, cuts
+
+
+def run_preemption(state: str) -> dict:
+    """One preemption on the multi-host dev cluster: submitted by the test user on
+    login, the inventory read on ctl (where it lives), slurmctld's log from ctl's tree."""
     cl = common.attach_cluster(state)
-    cfg = load(cl.env["SLURM_SNAP_CONFIG"])
-    inv = Inventory.from_config(cfg)
     out_dir = cl.make_user_dir(f"bench-e2e-{time.monotonic_ns()}")
     out = os.path.join(out_dir, "train-%j.out")
-    ctld_log = os.path.join(state, "log", "slurmctld.log")
+    ctld_log = str(cl.host_dir("ctl") / "log" / "slurmctld.log")
     offset = os.path.getsize(ctld_log)
-    jid = cl.sbatch("-p", "low", "-o", out, f"--export=ALL,TRAIN_PY={TRAIN_PY}", SBATCH, cwd=str(out_dir))
+    jid = cl.sbatch("-p", "low", "-o", out, f"--export=ALL,TRAIN_PY={TRAIN_PY},SLURM_SNAP_PYTHON={cl.python}",
+                    SBATCH, cwd=str(out_dir))
     log = out.replace("%j", str(jid))
     preemptor = None
     try:
@@ -88,28 +104,16 @@ def run_preemption(state: str) -> dict:
         found = None
         deadline = time.monotonic() + 180
         while found is None:
-            with inv.session() as repo:
-                for st in repo.sets_of_job(jid):
-                    if st.trigger == "preempt" and st.state not in ACTIVE:
-                        found = st.id
+            found = cl.inventory(_finished_preempt_set, jid)
             if found is None:
                 if time.monotonic() > deadline:
                     raise Unavailable("no finished preemption set within 180 s of preemption; hook log tail: "
                                       + cl.hook_log()[-600:].replace("\n", " | "))
                 time.sleep(0.2)
-        with inv.session() as repo:
-            st = repo.get_set(found)
-            acks = repo.acks(found)
-            parts = repo.snapshots(found, include_deleted=True)
-            rec = {k: getattr(st, k) for k in ("id", "state", "consistency", "reason", "epoch", "requested_at",
-                                               "signalled_at", "barrier_at", "cut_started_at", "cut_done_at",
-                                               "finished_at", "checkpoint_step")}
-            ack_times = sorted(a.written_at.timestamp() for a in acks)
-            cuts = [(p.cut_started_at.timestamp(), p.cut_at.timestamp(), p.node or "shared") for p in parts]
+        rec, ack_times, cuts = cl.inventory(_set_record, found)
         t_kill = kill_time(ctld_log, offset, jid)
     finally:
         cl.cancel(jid, *([preemptor] if preemptor else []))
-        inv.dispose()
     if rec["state"] != "COMPLETE":
         raise Unavailable(f"preemption set {rec['id']} ended {rec['state']} {rec['consistency']}: {rec['reason'][:300]}")
     if not ack_times or not cuts:

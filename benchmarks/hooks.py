@@ -9,13 +9,13 @@ A. The Prolog entry point (prolog/slurm-snap-prolog, installed with HELPER
        every run is a new job, so each creates its per-job subvolume and
        records the job, as on a real node: target under 100 ms added.
    Each pair is timed interleaved; medians.
-B. With --cluster STATE (a scripts/dev-cluster): short 1-node jobs submitted
-   with and without slurm-snap options, interleaved; from slurmctld's own
+B. With --cluster STATE (a scripts/dev-cluster, multi-host): short 1-node jobs
+   submitted on login with and without slurm-snap options, interleaved; from slurmctld's own
    millisecond log stamps: allocation -> job done (the start path: both
    Prologs, then the batch script) and submit -> done; plus the sbatch
    command itself (the SPANK plugin validates the options by exec'ing the helper).
 
-    /opt/slurm-snap/venv/bin/python benchmarks/hooks.py [--quick] [--cluster STATE] [--json OUT]
+    $SLURM_SNAP_VENV/bin/python benchmarks/hooks.py [--quick] [--cluster STATE] [--json OUT]
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import Row, Unavailable  # noqa: E402
 
-HELPER = "/opt/slurm-snap/venv/bin/slurm-snap"
+HELPER = os.path.join(os.path.dirname(common.VENV_PY), "slurm-snap")
 PROLOG_SRC = os.path.join(common.REPO, "prolog", "slurm-snap-prolog")
 OPTED_OUT_TARGET_MS = 5.0     # "within a few ms of empty"
 OPTED_IN_TARGET_MS = 100.0    # "under 100 ms added"
@@ -221,7 +221,7 @@ def bench_cluster(state: str, quick: bool) -> list[Row]:
     from tests.integration.cluster import ClusterError
 
     cl = common.attach_cluster(state)
-    log_path = os.path.join(state, "log", "slurmctld.log")
+    log_path = str(cl.host_dir("ctl") / "log" / "slurmctld.log")   # slurmctld runs on ctl
     n = 3 if quick else 15
     variants = {"plain": [], "opted-in": ["--snapshot-volumes=scratch,pfs"]}
     ids: dict[str, list[int]] = {k: [] for k in variants}

@@ -14,7 +14,7 @@ server named by --pg-url or SLURM_SNAP_TEST_PG_URL (a scratch database is
 created in it and dropped), else our own server started with
 scripts/postgres in /var/tmp/bench-pg (port 55490) and stopped afterwards.
 
-    /opt/slurm-snap/venv/bin/python benchmarks/inventory_load.py [--quick] [--procs 16] [--each 50]
+    $SLURM_SNAP_VENV/bin/python benchmarks/inventory_load.py [--quick] [--procs 16] [--each 50]
 """
 from __future__ import annotations
 

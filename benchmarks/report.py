@@ -7,7 +7,7 @@ users and N/100 jobs, then times, each best of --repeat runs:
 through the real command (click, repository, formatting) and the same
 queries in raw SQL with sqlite3 (fetch only), and prints the ratio.
 
-    /opt/slurm-snap/venv/bin/python benchmarks/report.py [--quick] [--db PATH] [--keep]
+    $SLURM_SNAP_VENV/bin/python benchmarks/report.py [--quick] [--db PATH] [--keep]
 """
 from __future__ import annotations
 

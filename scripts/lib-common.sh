@@ -1,8 +1,9 @@
 # Shared helpers for scripts/dev-cluster. Sourced, not executed.
-# Everything here works from the state directory's PID files and registries,
-# never from process names, so two clusters on one host stay independent.
+# Everything here works from the state directory's PID files, registries and
+# namespaces, never from process names, so two clusters on one host stay
+# independent.
 
-# Where machine-wide bookkeeping lives (munged ownership, cluster registry).
+# Where machine-wide bookkeeping lives (munged ownership, cluster registry, namespace tags).
 DEV_RUN_DIR=/run/slurm-snap-dev
 
 log() { printf 'dev-cluster: %s\n' "$*" >&2; }
@@ -40,61 +41,17 @@ stop_pidfile() {
 	rm -f "$file"
 }
 
-# True if something accepts TCP connections on 127.0.0.1:$1.
-port_in_use() {
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+# Zombies wait for PID 1 to reap them: they count as gone.
+running() {
+	local rest
+	[ -r "/proc/$1/stat" ] || return 1
+	read -r rest 2>/dev/null <"/proc/$1/stat" || return 1
+	rest=${rest##*) }
+	[ "${rest%% *}" != Z ]
 }
 
-block_busy() {
-	local p
-	for p in $(seq "$1" $(($1 + 5))); do
-		port_in_use "$p" && return 0
-	done
-	return 1
-}
-
-# The state dir's port block: 6 consecutive ports. Derived from the path so
-# two state dirs get different blocks without coordination; recorded on first
-# use so later commands agree even if --port-base was given.
-#   +0 slurmctld  +1 SlurmdPort (default)  +2..+4 slurmd n1..n3  +5 sshd
-choose_ports() {
-	local requested=$1 sum
-	if [ -r "$STATE/etc/ports" ]; then
-		PORT_BASE=$(sed -n 's/^PORT_BASE=//p' "$STATE/etc/ports")
-		if [ -n "$requested" ] && [ "$requested" != "$PORT_BASE" ]; then
-			die "$STATE already uses --port-base $PORT_BASE (not $requested); run 'down' and remove $STATE/etc/ports to change it"
-		fi
-	elif [ -n "$requested" ]; then
-		PORT_BASE=$requested
-	else
-		sum=$(printf '%s' "$STATE" | cksum | cut -d' ' -f1)
-		PORT_BASE=$((20000 + (sum % 1000) * 8))
-		# Another cluster (or anything else) may hold the derived block: take
-		# the next free one. Callers hold the machine lock until the daemons
-		# are bound, so two concurrent `up`s cannot pick the same block.
-		local tries=0
-		while block_busy "$PORT_BASE"; do
-			tries=$((tries + 1))
-			[ $tries -lt 100 ] || die "no free block of 6 ports found near $PORT_BASE; use --port-base"
-			PORT_BASE=$((20000 + ((PORT_BASE - 20000) / 8 + 1) % 1000 * 8))
-		done
-	fi
-	case $PORT_BASE in '' | *[!0-9]*) die "bad port base '$PORT_BASE'" ;; esac
-	[ "$PORT_BASE" -ge 1024 ] && [ "$PORT_BASE" -le 65000 ] || die "port base $PORT_BASE outside 1024..65000"
-	CTLD_PORT=$PORT_BASE
-	SLURMD_PORT=$((PORT_BASE + 1))
-	NODE_PORT_FIRST=$((PORT_BASE + 2))
-	NODE_PORT_LAST=$((PORT_BASE + 4))
-	SSH_PORT=$((PORT_BASE + 5))
-}
-
-record_ports() {
-	install -d -m 0755 "$STATE/etc"
-	printf 'PORT_BASE=%s\n' "$PORT_BASE" >"$STATE/etc/ports"
-}
-
-# Machine-wide lock: apt, pip, losetup and the munged refcount are shared by
-# every cluster on the host. fd 9 must be closed in every daemon we start
+# Machine-wide lock: apt, pip, losetup, namespace tags and the munged refcount
+# are shared by every cluster on the host. fd 9 must be closed in every daemon we start
 # (see spawn) or the daemon would hold the lock forever.
 take_lock() {
 	install -d -m 0755 "$DEV_RUN_DIR"

@@ -1,13 +1,18 @@
 # Loop-device filesystems of the dev cluster. Sourced.
-#   STATE/img/scratch-nK.img -> btrfs at STATE/mnt/scratch/nK (node-local scratch)
-#   STATE/img/pfs.img        -> btrfs at STATE/mnt/pfs (the shared "parallel filesystem")
-#   STATE/img/xfs.img        -> XFS (reflink) at STATE/mnt/xfs
+#   STATE/img/scratch-nK.img  -> btrfs at STATE/disks/nK/scratch   (node nK's local scratch)
+#   STATE/img/xscratch-nK.img -> XFS (reflink) at STATE/disks/nK/xscratch (nK's second local class)
+#   STATE/img/pfs.img         -> btrfs at STATE/mnt/pfs (the shared "parallel filesystem")
+#   STATE/img/xfs.img         -> XFS (reflink) at STATE/mnt/xfs (a shared XFS)
+# All are mounted in the machine room (the root namespace). Each node's mount
+# namespace binds its own two disks at STATE/mnt/scratch and STATE/mnt/xscratch
+# (lib-hosts.sh), the same paths on every node, as on a real cluster.
 # Images are sparse: sizes are ceilings, not disk usage. XFS refuses < 300 MB.
 
 fs_list() {
 	local n
 	for n in $NODES; do
-		printf 'btrfs %s %s 256M\n' "$STATE/img/scratch-$n.img" "$STATE/mnt/scratch/$n"
+		printf 'btrfs %s %s 256M\n' "$STATE/img/scratch-$n.img" "$STATE/disks/$n/scratch"
+		printf 'xfs %s %s 320M\n' "$STATE/img/xscratch-$n.img" "$STATE/disks/$n/xscratch"
 	done
 	printf 'btrfs %s %s 512M\n' "$STATE/img/pfs.img" "$STATE/mnt/pfs"
 	printf 'xfs %s %s 512M\n' "$STATE/img/xfs.img" "$STATE/mnt/xfs"
@@ -45,7 +50,8 @@ prepare_tree() {
 
 mount_all() {
 	local type img mnt size dev
-	install -d -m 0755 "$STATE/img" "$STATE/mnt" "$STATE/mnt/scratch"
+	# Mount points the hosts' namespaces bind onto; empty in the machine room.
+	install -d -m 0755 "$STATE/img" "$STATE/mnt" "$STATE/mnt/scratch" "$STATE/mnt/xscratch" "$STATE/disks"
 	while read -r type img mnt size; do
 		make_fs "$type" "$img" "$size"
 		install -d -m 0755 "$mnt"
@@ -58,7 +64,9 @@ mount_all() {
 	done < <(fs_list)
 }
 
-# Unmounts and detaches only what is backed by this state dir's images.
+# Unmounts and detaches only what is backed by this state dir's images. Runs
+# after the hosts' mount namespaces are gone: a namespace still holding a
+# bind of a disk would keep its loop device busy.
 unmount_all() {
 	local type img mnt size dev i failed=""
 	while read -r type img mnt size; do
@@ -76,7 +84,12 @@ unmount_all() {
 		fi
 		[ -e "$img" ] || continue
 		for dev in $(loops_of "$img"); do
-			losetup -d "$dev" 2>/dev/null || { log "cannot detach $dev ($img)"; failed="$failed $dev"; }
+			# The kernel may need a moment after the last unmount.
+			for i in 1 2 3 4 5 6 7 8 9 10; do
+				losetup -d "$dev" 2>/dev/null && break
+				sleep 0.3
+			done
+			[ -z "$(loops_of "$img")" ] || { log "cannot detach $dev ($img)"; failed="$failed $dev"; }
 		done
 	done < <(fs_list)
 	[ -z "$failed" ] || die "left behind:$failed"
@@ -86,10 +99,9 @@ status_fs() {
 	local type img mnt size
 	while read -r type img mnt size; do
 		if mountpoint -q "$mnt" 2>/dev/null; then
-			printf '  %-5s %s on %s\n' "$type" "$(findmnt -n -o SOURCE "$mnt")" "$mnt"
+			printf '  %-5s %s on %s\n' "$type" "$(findmnt -n -o SOURCE "$mnt" | head -n 1)" "$mnt"
 		else
 			printf '  %-5s %s not mounted\n' "$type" "$mnt"
 		fi
-		loops_of "$img" | sed "s|^|  loop  |; s|\$| <- $img|"
 	done < <(fs_list)
 }

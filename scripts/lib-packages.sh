@@ -1,17 +1,27 @@
 # Installs what the dev cluster needs on a fresh Debian 12. Sourced.
 
 DEV_PACKAGES="slurm-wlm slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
-btrfs-progs xfsprogs openssh-server build-essential lua5.3 sudo python3 python3-venv"
-VENV=/opt/slurm-snap/venv
+btrfs-progs xfsprogs openssh-server build-essential lua5.3 sudo python3 python3-venv
+iproute2 util-linux"
+# The one place that names the venv the hooks, the SPANK plugin's helper=,
+# tests, the demo and benchmarks run. Two developers (or a developer and CI) on
+# one machine each set their own, so one's reinstall cannot break the other's
+# running cluster.
+VENV=${SLURM_SNAP_VENV:-/opt/slurm-snap/venv}
+PYTHON=$VENV/bin/python
+case $VENV in
+/*[!A-Za-z0-9._/-]* | [!/]*) printf 'error: SLURM_SNAP_VENV=%s must be an absolute path of letters, digits, ".", "_", "-", "/"\n' "$VENV" >&2; exit 2 ;;
+esac
 WHEELS=/opt/wheels
 
 package_installed() {
 	[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]
 }
 
+# Arguments: packages wanted beyond DEV_PACKAGES (e.g. the inventory's server).
 ensure_packages() {
 	local missing="" p created_policy=""
-	for p in $DEV_PACKAGES; do
+	for p in $DEV_PACKAGES "$@"; do
 		package_installed "$p" || missing="$missing $p"
 	done
 	[ -z "$missing" ] && return 0
@@ -53,7 +63,7 @@ install_project() {
 	{
 		"$VENV/bin/pip" wheel --disable-pip-version-check -q --no-deps -w "$tmp/dist" "$tmp" &&
 			whl=$(ls "$tmp"/dist/*.whl) &&
-			"$VENV/bin/pip" install --disable-pip-version-check -q --find-links "$WHEELS" "$whl[test,example,postgres]" &&
+			"$VENV/bin/pip" install --disable-pip-version-check -q --find-links "$WHEELS" "$whl[test,example,postgres,mysql]" &&
 			"$VENV/bin/pip" install --disable-pip-version-check -q --no-deps --force-reinstall "$whl"
 	} </dev/null >>"$STATE/log/pip.log" 2>&1 9>&- || rc=$?
 	rm -rf "$tmp"

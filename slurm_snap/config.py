@@ -92,6 +92,9 @@ class SshConfig:
     connect_timeout: float = 10.0
     # How to reach a compute node by its Slurm name; "{node}" is replaced.
     host_template: str = "{node}"
+    # Node name -> host or address, for nodes whose name does not resolve
+    # (Slurm's NodeAddr differs from NodeName); consulted before host_template.
+    addresses: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,13 @@ def _check_semantics(cfg: Config) -> None:
             raise ConfigError(path=p, key=f"paths.allowed_roots[{i}]", why=f"{root!r} is not a clean absolute path")
     if not 0 < cfg.ssh.port < 65536:
         raise ConfigError(path=p, key="ssh.port", why=f"{cfg.ssh.port} is not a TCP port")
+    for node, host in cfg.ssh.addresses.items():
+        if not node or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in node):
+            raise ConfigError(path=p, key=f"ssh.addresses.{node}", why="a node name is letters, digits, '-', '_', '.'")
+        # The host reaches paramiko and error messages: one token, printable.
+        if not isinstance(host, str) or not host or any(not c.isprintable() or c.isspace() for c in host):
+            raise ConfigError(path=p, key=f"ssh.addresses.{node}",
+                              why=f"expected a host name or address, got {host!r}")
     seen = set()
     for i, vc in enumerate(cfg.volume_classes):
         where = f"volume_class[{i}]"

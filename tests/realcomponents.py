@@ -6,9 +6,17 @@ other conftest on sys.path shadows.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+
+def venv_python() -> str:
+    """The venv's interpreter (scripts/test exports it from SLURM_SNAP_VENV):
+    what programs run as another user in a test must exec, since pytest's own
+    interpreter is not guaranteed to be readable by them."""
+    return os.environ.get("SLURM_SNAP_TEST_PYTHON") or sys.executable
 
 
 def in_ci() -> bool:

@@ -25,7 +25,7 @@ def transport_for(cfg: Config, vc: VolumeClass, node: str | None, *, local: bool
         if not node:
             raise ConfigError(path=cfg.path, key=f"volume_class {vc.name}",
                               why="node-local class over ssh needs a node name")
-        host = cfg.ssh.host_template.replace("{node}", node)
+        host = ssh_host(cfg, node)
     else:
         host = vc.host or cfg.ssh.host_template.replace("{node}", node or "")
         if not host:
@@ -33,6 +33,11 @@ def transport_for(cfg: Config, vc: VolumeClass, node: str | None, *, local: bool
                               why="a shared class with transport = \"ssh\" needs a host")
     return SshTransport(host, known_hosts=cfg.ssh.known_hosts, key_file=cfg.ssh.key, user=cfg.ssh.user,
                         port=cfg.ssh.port, connect_timeout=cfg.ssh.connect_timeout)
+
+
+def ssh_host(cfg: Config, node: str) -> str:
+    """Where a node's sshd listens: its [ssh.addresses] entry, else host_template."""
+    return cfg.ssh.addresses.get(node) or cfg.ssh.host_template.replace("{node}", node)
 
 
 def backend_for_class(cfg: Config, vc: VolumeClass, node: str | None, *, local: bool = False) -> Backend:

@@ -137,7 +137,9 @@ def cleanup_namespace(ns: str, backend_for_clone) -> list[str]:
     errors: list[str] = []
     state = read_state(ns) or {}
     allowed = {ns.rstrip("/"), *(a.rstrip("/") for a in state.get("namespaces", []))}
-    alt_backend: dict[str, Backend] = {}
+    # Keyed by host too: node-local volumes at the same path on several nodes
+    # have their alternative namespaces at the same path on each node.
+    alt_backend: dict[tuple[str, str], tuple[str, Backend]] = {}
     for entry in state.get("clones", []):
         where = entry.get("ns", ns).rstrip("/")
         try:
@@ -146,10 +148,10 @@ def cleanup_namespace(ns: str, backend_for_clone) -> list[str]:
             backend = backend_for_clone(entry)
             remove_clone(backend, entry["path"], where)
             if where != ns.rstrip("/"):
-                alt_backend.setdefault(where, backend)
+                alt_backend.setdefault((where, backend.transport.where), (where, backend))
         except Exception as exc:  # keep going: one stuck clone must not leave the others
             errors.append(f"{entry.get('path')}: {exc}")
-    for alt, backend in alt_backend.items():
+    for alt, backend in alt_backend.values():
         try:
             _remove_empty_dir(backend, alt)
         except Exception as exc:

@@ -82,6 +82,11 @@ class Job:
 
 @dataclass
 class Cluster:
+    """A multi-host dev cluster: hosts ctl, n1..n3 and login, each with its own
+    network and mount namespace (scripts/lib-hosts.sh). Commands run on a host
+    through nsenter; the test process itself is the machine room (the root
+    namespace), which sees every node's disks under STATE/disks/NODE and every
+    host's private tree under STATE/hosts/HOST."""
     state: Path
     env: dict[str, str]
 
@@ -101,6 +106,20 @@ class Cluster:
         return self.env["SLURM_CONF"]
 
     @property
+    def config(self) -> str:
+        """The slurm-snap config path as every host sees it (each host has its own file there)."""
+        return self.env["SLURM_SNAP_CONFIG"]
+
+    @property
+    def helper(self) -> str:
+        return self.env["SLURM_SNAP_HELPER"]
+
+    @property
+    def python(self) -> str:
+        """The venv's interpreter on every host (SLURM_SNAP_VENV at `up`)."""
+        return self.env["SLURM_SNAP_PYTHON"]
+
+    @property
     def user(self) -> str:
         return self.env.get("SLURM_SNAP_TEST_USER", "snapuser")
 
@@ -113,42 +132,112 @@ class Cluster:
         return self.env.get("SLURM_SNAP_NODES", "n1,n2,n3").split(",")
 
     @property
+    def hosts(self) -> list[str]:
+        return self.env.get("SLURM_SNAP_HOSTS", "ctl,n1,n2,n3,login").split(",")
+
+    @property
+    def inventory_kind(self) -> str:
+        return self.env.get("SLURM_SNAP_INVENTORY", "sqlite")
+
+    @property
     def pfs(self) -> Path:
-        return Path(self.env.get("SLURM_SNAP_PFS", str(self.state / "mnt" / "pfs")))
+        return Path(self.env["SLURM_SNAP_PFS"])
+
+    @property
+    def scratch(self) -> Path:
+        """Node-local scratch: this path on every node, each node's own disk."""
+        return Path(self.env["SLURM_SNAP_SCRATCH"])
+
+    def addr(self, host: str) -> str:
+        return self.env[f"SLURM_SNAP_ADDR_{host}"]
+
+    def netns(self, host: str) -> str:
+        return f"/run/netns/{self.env['SLURM_SNAP_NETNS_TAG']}-{host}"
+
+    def mntns(self, host: str) -> str:
+        return f"{self.env['SLURM_SNAP_NS_DIR']}/{host}"
 
     def user_dir(self, fs: str = "pfs", user: str | None = None) -> Path:
-        """The test user's own directory on a filesystem (pfs, xfs, scratch/nK)."""
+        """The test user's own directory on a shared filesystem (pfs, xfs)."""
         return self.state / "mnt" / fs / "users" / (user or self.user)
 
+    # --- the machine room's view of hosts and disks ----------------------
+    def disk(self, node: str, fs: str = "scratch") -> Path:
+        """Node `node`'s own scratch (or xscratch) disk, as the machine room sees it."""
+        return self.state / "disks" / node / fs
+
+    def host_dir(self, host: str) -> Path:
+        """Host `host`'s private tree (its STATE/local), as the machine room sees it."""
+        return self.state / "hosts" / host
+
+    def root_path(self, path: str | Path, host: str | None = None) -> Path:
+        """Where a path seen inside `host` is in the machine room: STATE/local is the
+        host's own tree, STATE/mnt/scratch and xscratch are a node's own disks."""
+        path = Path(path)
+        for inside, outside in (("local", lambda h: self.host_dir(h)),
+                                ("mnt/scratch", lambda h: self.disk(h, "scratch")),
+                                ("mnt/xscratch", lambda h: self.disk(h, "xscratch"))):
+            base = self.state / inside
+            if path == base or base in path.parents:
+                if not host:
+                    raise ValueError(f"{path} differs per host: name the host")
+                return outside(host) / path.relative_to(base)
+        return path
+
     def pids(self) -> dict[str, int]:
-        """Daemons recorded in STATE/run (name -> pid), whether alive or not."""
+        """Daemons recorded in each host's run dir ("slurmctld", "slurmd-n1", "sshd-n1", ...),
+        whether alive or not."""
         out = {}
-        for f in sorted((self.state / "run").glob("*.pid")):
-            text = f.read_text().strip()
-            if text.isdigit():
-                out[f.stem] = int(text)
+        for host in self.hosts:
+            for f in sorted((self.host_dir(host) / "run").glob("*.pid")):
+                text = f.read_text().strip()
+                if text.isdigit():
+                    out[f.stem if host == "ctl" else f"{f.stem}-{host}"] = int(text)
         return out
 
-    # --- running commands ----------------------------------------------
-    def client_env(self, user: str | None = None) -> dict[str, str]:
+    # --- running commands on a host --------------------------------------
+    def host_argv(self, host: str) -> list[str]:
+        return ["/usr/bin/nsenter", f"--net={self.netns(host)}", f"--mount={self.mntns(host)}", "--"]
+
+    def client_env(self, user: str | None = None, **extra: str) -> dict[str, str]:
         env = {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "SLURM_CONF": self.slurm_conf}
         if user:
             env.update(HOME=f"/home/{user}", USER=user, LOGNAME=user)
+        env.update(extra)
         return env
 
     def run(self, argv: list[str], user: str | None = None, cwd: Path | str | None = None,
-            timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:
-        """Run a Slurm client command, as root or (runuser) as `user`, with only SLURM_CONF set."""
-        env_argv = ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in self.client_env(user).items())]
-        full = (["/usr/sbin/runuser", "-u", user, "--"] if user else []) + env_argv + argv
-        proc = run_group(full, cwd=cwd, timeout=timeout)
+            timeout: float = 60, check: bool = False, host: str = "login",
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Run a command on `host` (default login, where users work), as root or
+        (runuser) as `user`, with only SLURM_CONF (and `env`) set."""
+        env_argv = ["/usr/bin/env", "-i", *([f"--chdir={cwd}"] if cwd else []),
+                    *(f"{k}={v}" for k, v in self.client_env(user, **(env or {})).items())]
+        full = self.host_argv(host) + (["/usr/sbin/runuser", "-u", user, "--"] if user else []) + env_argv + argv
+        proc = run_group(full, timeout=timeout)
         if check and proc.returncode != 0:
-            raise ClusterError(f"{argv} exited {proc.returncode}: {proc.stderr.strip()}")
+            raise ClusterError(f"{argv} on {host} exited {proc.returncode}: {proc.stderr.strip()}")
         return proc
+
+    def cli(self, *args: str, host: str = "ctl", user: str | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+        """slurm-snap with the host's own config: on ctl as root it is the admin's shell."""
+        return self.run([self.helper, "--config", self.config, *args], user=user, host=host, timeout=timeout)
+
+    def on(self, host: str, fn, *args, timeout: float = 600, **kwargs):
+        """fn(*args, **kwargs) in a child process inside `host`'s network and mount
+        namespaces (e.g. the inventory on ctl, a node's own scratch); returns its
+        result, re-raises its exception. Nothing of the child's is shared back."""
+        return run_in_namespaces([self.netns(host), self.mntns(host)], fn, args, kwargs, timeout)
+
+    def inventory(self, fn, *args, **kwargs):
+        """fn(repo, *args) in one inventory session on ctl (the inventory exists only there)."""
+        return self.on("ctl", _with_inventory, self.config, fn, args, kwargs)
 
     def sbatch(self, *args: str, script: str | None = None, user: str | None = "",
                cwd: Path | str | None = None, timeout: float = 60) -> int:
-        """Submit as the test user (default) and return the job id; raise with sbatch's stderr on failure.
+        """Submit as the test user (default) on login and return the job id; raise with
+        sbatch's stderr on failure.
 
         `script` is written to a file in the user's pfs directory, so every node sees it.
         """
@@ -163,11 +252,11 @@ class Cluster:
         return int(proc.stdout.strip().split(";")[0])
 
     def sbatch_raw(self, args: list[str], user: str | None = "", cwd: Path | str | None = None,
-                   timeout: float = 60) -> subprocess.CompletedProcess:
-        """sbatch with `args`, returning the finished process (for tests expecting failure)."""
+                   timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """sbatch with `args` on login, returning the finished process (for tests expecting failure)."""
         user = self.user if user == "" else user
         return self.run(["sbatch", *args], user=user, cwd=cwd or (self.user_dir(user=user) if user else "/"),
-                        timeout=timeout)
+                        timeout=timeout, env=env)
 
     def write_user_file(self, name: str, text: str, user: str | None = None, mode: int = 0o644,
                         fs: str = "pfs") -> Path:
@@ -223,7 +312,7 @@ class Cluster:
 
     def cancel(self, *job_ids: int) -> None:
         if job_ids:
-            self.run(["scancel", *map(str, job_ids)], timeout=30)
+            self.run(["scancel", *map(str, job_ids)], timeout=30, host="ctl")
 
     def preempt(self, nodes: int = 3, partition: str = "high", user: str | None = None) -> int:
         """Submit a short exclusive job on the high-priority partition: it preempts whatever holds the nodes."""
@@ -231,18 +320,111 @@ class Cluster:
                            "-J", "preemptor", "--wrap", "/bin/true", user=user)
 
     # --- logs ------------------------------------------------------------
-    def hook_log(self) -> str:
-        """Everything slurm-snap's helper logged in this cluster (STATE/log/slurm-snap/*)."""
+    def hook_log(self, host: str | None = None) -> str:
+        """What slurm-snap's helper logged on `host` (default: every host, each under its name)."""
         parts = []
-        log_dir = self.state / "log" / "slurm-snap"
-        for f in sorted(log_dir.glob("*")) if log_dir.is_dir() else []:
-            if f.is_file():
-                parts.append(f"==> {f.name} <==\n{f.read_text(errors='replace')}")
+        for h in [host] if host else self.hosts:
+            log_dir = self.host_dir(h) / "log" / "slurm-snap"
+            for f in sorted(log_dir.glob("*")) if log_dir.is_dir() else []:
+                if f.is_file():
+                    parts.append(f"==> {h}:{f.name} <==\n{f.read_text(errors='replace')}")
         return "\n".join(parts)
 
-    def daemon_log(self, name: str = "slurmctld") -> str:
-        path = self.state / "log" / f"{name}.log"
+    def daemon_log(self, name: str = "slurmctld", host: str = "ctl") -> str:
+        path = self.host_dir(host) / "log" / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def config_path(self, host: str) -> Path:
+        """Host `host`'s own slurm-snap.toml, as the machine room sees it."""
+        return self.host_dir(host) / "etc" / "slurm-snap.toml"
+
+
+def _with_inventory(config: str, fn, args, kwargs):
+    from slurm_snap.config import load
+    from slurm_snap.inventory.repository import Inventory
+
+    inv = Inventory.from_config(load(config))
+    try:
+        with inv.session() as repo:
+            return fn(repo, *args, **kwargs)
+    finally:
+        inv.dispose()
+
+
+# --- running Python inside a host's namespaces -----------------------------------
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+
+
+def _setns(path: str, nstype: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, nstype) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({path}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def run_in_namespaces(ns_files: list[str], fn, args=(), kwargs=None, timeout: float = 600):
+    """fork; the child (single-threaded, so setns may change its mount namespace)
+    enters each namespace file (net before mnt: the net file is opened through the
+    machine room's /run/netns), runs fn and pickles its outcome back."""
+    import pickle
+    import select
+    import traceback
+
+    kwargs = kwargs or {}
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        status = 0
+        try:
+            os.close(r)
+            try:
+                for f in ns_files:
+                    _setns(f, CLONE_NEWNET if f.startswith("/run/netns/") else CLONE_NEWNS)
+                os.chdir("/")
+                outcome = ("ok", fn(*args, **kwargs), "")
+            except BaseException as exc:  # noqa: BLE001 - handed to the parent
+                outcome = ("err", exc, traceback.format_exc())
+            try:
+                data = pickle.dumps(outcome)
+            except Exception:  # an unpicklable result or exception
+                data = pickle.dumps(("err", RuntimeError(repr(outcome[1])), outcome[2]))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(w, view):]
+        except BaseException:  # noqa: BLE001
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(w)
+    chunks, deadline = [], time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                raise TimeoutError(f"{getattr(fn, '__name__', fn)} in {ns_files} still running after {timeout:.0f} s")
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    if not chunks:
+        raise ClusterError(f"{getattr(fn, '__name__', fn)} in {ns_files}: the child died without an answer")
+    kind, value, tb = pickle.loads(b"".join(chunks))
+    if kind == "err":
+        if tb and hasattr(value, "add_note"):
+            value.add_note(f"in {ns_files[-1]}:\n{tb}")
+        raise value
+    return value
 
 
 def user_ids(user: str) -> tuple[int, int]:
@@ -324,6 +506,47 @@ def remove_state_dir(path: Path) -> None:
     if mounts_under(path) or loops_backed_by(path):
         return
     shutil.rmtree(path, ignore_errors=True)
+
+
+def default_inventory() -> str:
+    return os.environ.get("SLURM_SNAP_TEST_INVENTORY", "postgres")
+
+
+def namespace_inodes(cluster: Cluster) -> set[str]:
+    """"net:[N]"/"mnt:[N]" of every namespace of the cluster, as /proc/PID/ns/* shows them."""
+    out = set()
+    for host in cluster.hosts + ["sw"]:
+        for kind, path in (("net", cluster.netns(host)), ("mnt", cluster.mntns(host))):
+            try:
+                out.add(f"{kind}:[{os.stat(path).st_ino}]")
+            except OSError:
+                pass
+    return out
+
+
+def processes_in(inodes: set[str]) -> list[int]:
+    """PIDs living in any of these namespaces."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        for kind in ("net", "mnt"):
+            try:
+                if os.readlink(d / "ns" / kind) in inodes:
+                    found.append(int(d.name))
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def netns_named(tag: str) -> list[str]:
+    return sorted(p.name for p in Path("/run/netns").glob(f"{tag}-*")) if Path("/run/netns").is_dir() else []
+
+
+def root_links_named(tag: str) -> list[str]:
+    """Interfaces of the root namespace whose name carries the cluster's tag (there must be none, ever)."""
+    return sorted(p.name for p in Path("/sys/class/net").iterdir() if tag in p.name)
 
 
 def start_cluster(state: Path, *extra: str) -> Cluster:

@@ -1,7 +1,10 @@
 """Fixtures for tests that need a real Slurm dev cluster.
 
-`cluster` (session scope) runs `scripts/dev-cluster up` on a fresh state dir
-and always runs `down` afterwards. If the cluster cannot start, the test
+`cluster` (session scope) runs `scripts/dev-cluster up` (the multi-host
+layout: ctl, n1..n3, login) on a fresh state dir and always runs `down`
+afterwards. Its inventory is SLURM_SNAP_TEST_INVENTORY (default postgres:
+until the slurm-snap service exists, node hooks reach only a server
+database; a SQLite inventory lives on ctl's disk alone). If the cluster cannot start, the test
 fails under CI=true (a missing real component is a failure there) and is
 skipped with the reason locally.
 """
@@ -15,7 +18,7 @@ import pytest
 # Test modules import the helpers as `cluster`, whatever pytest's import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster import Cluster, new_state_dir, remove_state_dir, start_cluster  # noqa: E402
+from cluster import Cluster, default_inventory, new_state_dir, remove_state_dir, start_cluster  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +26,7 @@ def cluster():
     state = new_state_dir()
     started = None
     try:
-        started = start_cluster(state)
+        started = start_cluster(state, "--inventory", default_inventory())
         yield started
     finally:
         proc = Cluster(state=state, env={}).down() if (state / "etc").exists() else None

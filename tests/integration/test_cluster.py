@@ -1,4 +1,5 @@
-"""The dev cluster itself and Slurm's preemption path slurm-snap relies on.
+"""The dev cluster itself (hosts ctl, n1..n3, login in their own network and
+mount namespaces) and Slurm's preemption path slurm-snap relies on.
 
 Preemption timings come from Slurm's timers (low partition GraceTime=10,
 KillWait=2, cred_expire=5): about 30-40 s for preempt -> requeue -> restart.
@@ -6,6 +7,8 @@ Both preemption scenarios share one preemptor so the module stays fast.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import subprocess
 import time
@@ -14,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster import (REPO, Cluster, ClusterError, loops_backed_by, mounts_under, new_state_dir, pid_alive,
-                     processes_using, remove_state_dir, run_dev_cluster, start_cluster)
+from cluster import (REPO, Cluster, ClusterError, loops_backed_by, mounts_under, namespace_inodes, netns_named,
+                     new_state_dir, pid_alive, processes_in, processes_using, remove_state_dir, root_links_named,
+                     run_dev_cluster, start_cluster)
 
 pytestmark = pytest.mark.integration
 
@@ -46,34 +50,105 @@ def test_three_node_job_as_test_user(cluster):
     assert node_names_from_srun(cluster) == ["n1", "n2", "n3"]
 
 
-def test_filesystems_and_sshd_are_set_up(cluster):
-    mounts = mounts_under(cluster.state / "mnt")
-    expected = {str(cluster.state / "mnt" / p) for p in ("scratch/n1", "scratch/n2", "scratch/n3", "pfs", "xfs")}
-    assert expected <= set(mounts)
-    fstypes = {line.split()[1]: line.split()[2] for line in Path("/proc/mounts").read_text().splitlines()}
-    assert fstypes[str(cluster.state / "mnt" / "pfs")] == "btrfs"
-    assert fstypes[str(cluster.state / "mnt" / "xfs")] == "xfs"
+def _mount_table() -> dict[str, tuple[str, str]]:
+    """mount point -> (fstype, source) in the calling process's mount namespace."""
+    out = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        sep = fields.index("-")
+        out[fields[4]] = (fields[sep + 1], fields[sep + 2])
+    return out
+
+
+def test_filesystems_are_set_up_in_the_machine_room(cluster):
+    mounts = _mount_table()
+    for node in cluster.nodes:
+        assert mounts[str(cluster.disk(node, "scratch"))][0] == "btrfs"
+        assert mounts[str(cluster.disk(node, "xscratch"))][0] == "xfs"
+    assert mounts[str(cluster.pfs)][0] == "btrfs"
+    assert mounts[str(cluster.state / "mnt" / "xfs")][0] == "xfs"
+    devices = [mounts[str(cluster.disk(n, fs))][1] for n in cluster.nodes for fs in ("scratch", "xscratch")]
+    assert len(set(devices)) == 6, devices  # every node's disks are its own
     barriers = cluster.pfs / ".slurm-snap" / "barriers"
     assert barriers.is_dir() and barriers.stat().st_uid == 0 and barriers.stat().st_mode & 0o777 == 0o755
     assert (cluster.pfs / "users").stat().st_mode & 0o7777 == 0o1777
-    # Key auth works with the files dev-cluster hands out.
-    import subprocess
-    proc = subprocess.run(
-        ["ssh", "-F", "/dev/null", "-i", cluster.env["SLURM_SNAP_SSH_KEY"], "-p", cluster.env["SLURM_SNAP_SSH_PORT"],
-         "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-         "-o", f"UserKnownHostsFile={cluster.env['SLURM_SNAP_KNOWN_HOSTS']}", "root@127.0.0.1", "echo", "ok"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
-    assert proc.stdout.strip() == "ok", proc.stderr
 
 
-def test_status_lists_daemons_mounts_and_sshd(cluster):
+def _host_view(state: str):
+    """What a host sees: its mounts under STATE, the machine room's trees, its own files."""
+    table = _mount_table()
+    return {"mounts": {k: v for k, v in table.items() if k.startswith(state + "/")},
+            "devs": {rel: os.stat(f"{state}/{rel}").st_dev for rel in ("mnt/scratch", "mnt/xscratch", "mnt/pfs")},
+            "hidden": {d: os.listdir(f"{state}/{d}") for d in ("disks", "hosts", "img")},
+            "local": sorted(os.listdir(f"{state}/local")),
+            "loops": sorted(v[1] for v in table.values() if v[1].startswith("/dev/loop"))}
+
+
+def test_each_node_sees_only_its_own_disks_and_its_own_tree(cluster):
+    state = str(cluster.state)
+    pfs_dev = os.stat(cluster.pfs).st_dev
+    table = _mount_table()
+    root_loops = {n: {table[str(cluster.disk(n, fs))][1] for fs in ("scratch", "xscratch")} for n in cluster.nodes}
+    for host in cluster.hosts:
+        view = cluster.on(host, _host_view, state)
+        # The machine room's trees are empty inside every host.
+        assert view["hidden"] == {"disks": [], "hosts": [], "img": []}, (host, view["hidden"])
+        assert view["devs"]["mnt/pfs"] == pfs_dev
+        if host in cluster.nodes:
+            # STATE/mnt/scratch and xscratch are this node's own disks, nobody else's.
+            assert view["devs"]["mnt/scratch"] == os.stat(cluster.disk(host, "scratch")).st_dev, host
+            assert view["devs"]["mnt/xscratch"] == os.stat(cluster.disk(host, "xscratch")).st_dev, host
+            assert view["mounts"][f"{state}/mnt/scratch"][0] == "btrfs"
+            others = set().union(*(root_loops[n] for n in cluster.nodes if n != host))
+            assert not others & set(view["loops"]), (host, view["loops"])
+            assert {"slurmd.log", "sshd.log"} <= set(os.listdir(cluster.host_dir(host) / "log"))
+        else:
+            # ctl and login have no scratch at all.
+            assert f"{state}/mnt/scratch" not in view["mounts"], host
+            assert view["devs"]["mnt/scratch"] == os.stat(cluster.state / "mnt").st_dev
+        assert view["local"] == sorted(os.listdir(cluster.host_dir(host))), host
+    # Per-host private state: slurmctld's state and the SSH client key exist on ctl only.
+    assert (cluster.host_dir("ctl") / "state").is_dir()
+    for host in cluster.hosts:
+        if host != "ctl":
+            assert not (cluster.host_dir(host) / "state").exists(), host
+            assert not (cluster.host_dir(host) / "etc" / "ssh" / "id_ed25519").exists(), host
+            assert "[ssh]" not in cluster.config_path(host).read_text(), host
+    assert "[ssh.addresses]" in cluster.config_path("ctl").read_text()
+
+
+def test_hosts_talk_over_their_own_addresses_and_ssh_verifies_host_keys(cluster):
+    ssh = ["ssh", "-F", "/dev/null", "-i", cluster.env["SLURM_SNAP_SSH_KEY"], "-o", "BatchMode=yes",
+           "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5"]
+    table = _mount_table()
+    for node in cluster.nodes:
+        # From ctl, with the known_hosts dev-cluster wrote: the node's own sshd on
+        # its own address, and behind it the node's own scratch disk.
+        proc = cluster.run([*ssh, "-o", f"UserKnownHostsFile={cluster.env['SLURM_SNAP_KNOWN_HOSTS']}",
+                            f"root@{cluster.addr(node)}", "findmnt", "-n", "-o", "SOURCE", str(cluster.scratch)],
+                           host="ctl", timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == [table[str(cluster.disk(node))][1]], (node, proc.stdout)
+        # An unknown host key is refused.
+        empty = cluster.run([*ssh, "-o", "UserKnownHostsFile=/dev/null", f"root@{cluster.addr(node)}", "true"],
+                            host="ctl", timeout=30)
+        assert empty.returncode != 0 and "Host key verification failed" in empty.stderr, empty.stderr
+    # The machine room has no interface or address on the cluster's network.
+    assert root_links_named(cluster.env["SLURM_SNAP_NETNS_TAG"]) == []
+    subnet = cluster.addr("ctl").rsplit(".", 1)[0] + "."
+    assert subnet not in subprocess.run(["/usr/sbin/ip", "-4", "addr"], capture_output=True, text=True).stdout
+
+
+def test_status_lists_hosts_daemons_mounts_and_sshd(cluster):
     proc = run_dev_cluster("status", cluster.state, timeout=60)
     assert proc.returncode == 0, proc.stderr
     pids = cluster.pids()
     assert f"slurmctld pid {pids['slurmctld']}" in proc.stdout
     for node in cluster.nodes:
         assert f"slurmd {node} pid {pids[f'slurmd-{node}']}" in proc.stdout
-    assert f"sshd pid {pids['sshd']} on 127.0.0.1:{cluster.env['SLURM_SNAP_SSH_PORT']}" in proc.stdout
+        assert f"sshd {node} pid {pids[f'sshd-{node}']} on {cluster.addr(node)}:22" in proc.stdout
+    for host in cluster.hosts:
+        assert f"host {host} {cluster.addr(host)}: netns {cluster.env['SLURM_SNAP_NETNS_TAG']}-{host}" in proc.stdout
     assert f"on {cluster.pfs}" in proc.stdout
 
 
@@ -163,6 +238,15 @@ def test_cluster_hooks_are_installed_with_absolute_paths(cluster):
         assert f"CONFIG={cluster.env['SLURM_SNAP_CONFIG']}\n" in text
         if hook == "prolog-slurmctld":  # the dev config: policy open, record_in_background on
             assert "\nRECORD=background\n" in text
+    # The same config path on every host, each host's own file behind it.
+    for host in cluster.hosts:
+        assert cluster.on(host, Path(cluster.config).read_text) == cluster.config_path(host).read_text(), host
+    texts = {h: cluster.config_path(h).read_text() for h in cluster.hosts}
+    assert len(set(texts.values())) == 5
+    # The nodes' settings are the same; only their comments name the host.
+    settings = {n: [ln for ln in texts[n].splitlines() if not ln.startswith("#")] for n in cluster.nodes}
+    assert settings["n1"] == settings["n2"] == settings["n3"]
+    assert all(f"host {h} of the dev cluster" in texts[h] for h in cluster.hosts)
 
 
 # --- preemption ---------------------------------------------------------
@@ -245,33 +329,102 @@ class TestPreemption:
 
 # --- a second cluster side by side, then down ------------------------------
 
-def test_second_cluster_side_by_side_and_down_leaves_nothing(cluster):
+def _recorded_volumes(repo, job_id: int):
+    run = repo.find_job_run(job_id)
+    return None if run is None else sorted((v.volume_class, v.node) for v in repo.volumes(run))
+
+
+def _read_as_node(config: str, job_id: int):
+    """The inventory as a node reaches it: its own config, over the cluster's network."""
+    from slurm_snap.config import load
+    from slurm_snap.inventory.repository import Inventory
+
+    cfg = load(config)
+    inv = Inventory.from_config(cfg)
+    try:
+        with inv.session() as repo:
+            return cfg.inventory.url.split("://")[0], _recorded_volumes(repo, job_id)
+    finally:
+        inv.dispose()
+
+
+def assert_nothing_left(state: Path, tag: str, inodes: set[str], pids: dict[str, int]) -> None:
+    assert [name for name, pid in pids.items() if pid_alive(pid)] == []
+    assert processes_in(inodes) == []
+    assert mounts_under(state) == []
+    assert loops_backed_by(state) == []
+    assert processes_using(state) == []
+    assert netns_named(tag) == []
+    assert root_links_named(tag) == []
+
+
+def test_second_cluster_side_by_side_on_mariadb_and_down_leaves_nothing(cluster):
     state = new_state_dir("slurm-snap-it2-")
     second = None
     try:
-        second = start_cluster(state)
-        port = re.search(r"^SlurmctldPort=(\d+)", Path(second.slurm_conf).read_text(), re.M).group(1)
-        first_port = re.search(r"^SlurmctldPort=(\d+)", Path(cluster.slurm_conf).read_text(), re.M).group(1)
-        assert port != first_port
-        assert second.env["SLURM_SNAP_SSH_PORT"] != cluster.env["SLURM_SNAP_SSH_PORT"]
+        second = start_cluster(state, "--inventory", "mariadb")
+        tag = second.env["SLURM_SNAP_NETNS_TAG"]
+        assert tag != cluster.env["SLURM_SNAP_NETNS_TAG"]
+        assert second.addr("ctl") != cluster.addr("ctl")
+        assert not set(namespace_inodes(second)) & set(namespace_inodes(cluster))
         # Both answer at the same time.
         assert node_names_from_srun(second) == ["n1", "n2", "n3"]
         assert node_names_from_srun(cluster) == ["n1", "n2", "n3"]
+        # MariaDB on ctl: PrologSlurmctld records there, and a node reaches it
+        # with nothing but its own config.
+        jid = second.sbatch("-N3", "--snapshot-volumes=scratch,pfs", "-o", "/dev/null", "--wrap", "srun /bin/true")
+        second.wait_state(jid, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=60)
+        want = [("pfs", ""), ("scratch", "n1"), ("scratch", "n2"), ("scratch", "n3")]
+        deadline = time.monotonic() + 30
+        while second.inventory(_recorded_volumes, jid) != want:
+            assert time.monotonic() < deadline, f"job {jid} not recorded:\n{second.hook_log()[-3000:]}"
+            time.sleep(0.3)
+        assert second.on("n2", _read_as_node, second.config, jid) == ("mysql+pymysql", want)
         # A job left running must not keep `down` from cleaning up.
         second.sbatch("-N1", "-o", "/dev/null", "--wrap", "sleep 300")
         pids = second.pids()
-        assert {"slurmctld", "slurmd-n1", "slurmd-n2", "slurmd-n3", "sshd"} <= set(pids)
+        assert {"slurmctld", "slurmd-n1", "slurmd-n2", "slurmd-n3", "sshd-n1", "sshd-n2", "sshd-n3"} <= set(pids)
+        pids["mariadbd"] = int((second.host_dir("ctl") / "mariadb" / "mariadbd.pid").read_text())
+        assert pid_alive(pids["mariadbd"])
+        inodes = namespace_inodes(second)
+        assert len(inodes) == 11 and processes_in(inodes)   # 6 net + 5 mount namespaces, all in use
 
         proc = second.down()
         assert proc.returncode == 0, proc.stderr
         second = None
-        assert [name for name, pid in pids.items() if pid_alive(pid)] == []
-        assert mounts_under(state) == []
-        assert loops_backed_by(state) == []
-        assert processes_using(state) == []
+        assert_nothing_left(state, tag, inodes, pids)
         # The first cluster (and the shared munged) keep working.
         assert node_names_from_srun(cluster) == ["n1", "n2", "n3"]
     finally:
         if second is not None:
             second.down()
+        remove_state_dir(state)
+
+
+def test_a_cluster_that_failed_half_way_up_comes_down_cleanly(cluster):
+    """`up` dies after the namespaces, disks, sshd and the database are up (the
+    SPANK plugin cannot be built: STATE/build is a file); `down` removes it all."""
+    state = new_state_dir("slurm-snap-it3-")
+    try:
+        (state / "build").write_text("not a directory\n")
+        proc = run_dev_cluster("up", state, "--inventory", "postgres", timeout=600)
+        assert proc.returncode != 0 and "building the SPANK plugin failed" in proc.stderr, proc.stderr[-2000:]
+        assert not (state / "env").exists()   # up never got that far: names derived as dev-cluster does
+        tag = "ss" + hashlib.sha256(str(state).encode()).hexdigest()[:6]
+        half = Cluster(state=state, env={"SLURM_SNAP_NETNS_TAG": tag, "SLURM_SNAP_NS_DIR": str(state / "ns"),
+                                         "SLURM_SNAP_HOSTS": "ctl,n1,n2,n3,login"})
+        inodes = namespace_inodes(half)
+        pids = {str(p.relative_to(state / "hosts")): int(p.read_text().split()[0])
+                for p in list(state.glob("hosts/*/run/*.pid")) + list(state.glob("hosts/ctl/pg/data/postmaster.pid"))}
+        # It really was half up: namespaces with sshd and PostgreSQL in them, disks mounted.
+        assert len(netns_named(tag)) == 6 and len(inodes) == 11
+        assert {"n1/run/sshd.pid", "ctl/pg/data/postmaster.pid"} <= set(pids) and all(pid_alive(p) for p in pids.values())
+        assert len(mounts_under(state)) >= 8 and loops_backed_by(state)
+
+        down = run_dev_cluster("down", state, timeout=300)
+        assert down.returncode == 0, down.stderr
+        assert_nothing_left(state, tag, inodes, pids)
+        assert node_names_from_srun(cluster) == ["n1", "n2", "n3"]
+    finally:
+        run_dev_cluster("down", state, timeout=300)
         remove_state_dir(state)

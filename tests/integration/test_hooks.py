@@ -1,11 +1,13 @@
 """Issue 4 acceptance on the dev cluster: the hooks record every declared
-volume on every node, prepare the node-local subvolumes with the right owner,
-leave no trace for jobs that did not opt in, and never drain a node."""
+volume on every node, prepare the node-local subvolumes with the right owner
+on each node's own disk, leave no trace for jobs that did not opt in, and
+never drain a node. The inventory is read on ctl, where it lives."""
 from __future__ import annotations
 
 import contextlib
 import os
 import pwd
+import re
 import time
 from pathlib import Path
 
@@ -14,14 +16,19 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def _inventory(cluster):
+def _cfg(cluster):
     from slurm_snap.config import load
-    from slurm_snap.inventory.repository import Inventory
 
-    cfg = load(cluster.env["SLURM_SNAP_CONFIG"])
-    inv = Inventory.from_config(cfg)
-    inv.upgrade()
-    return cfg, inv
+    return load(cluster.config_path("ctl"))
+
+
+def _job_record(repo, jid: int):
+    """(nodes, user, [(class, node, path)]) of a recorded job, or None."""
+    run = repo.find_job_run(jid)
+    if run is None:
+        return None
+    return (sorted(run.nodes), run.user_name,
+            sorted((v.volume_class, v.node, v.path) for v in repo.volumes(run)))
 
 
 def _wait_done(cluster, job_id, timeout=60):
@@ -29,16 +36,23 @@ def _wait_done(cluster, job_id, timeout=60):
 
 
 @contextlib.contextmanager
-def _config_edit(cluster, old: str, new: str):
-    """Temporarily change the cluster's slurm-snap.toml (hooks read it on every run)."""
-    path = Path(cluster.env["SLURM_SNAP_CONFIG"])
-    text = path.read_text()
-    assert old in text, old
-    path.write_text(text.replace(old, new, 1))
+def _config_edit(cluster, old: str, new: str, *, regex: bool = False):
+    """Temporarily change every host's slurm-snap.toml (hooks read it on every run)."""
+    saved = {}
+    for host in cluster.hosts:
+        path = cluster.config_path(host)
+        text = saved[path] = path.read_text()
+        if regex:
+            edited, n = re.subn(old, new, text, count=1, flags=re.M)
+        else:
+            n, edited = text.count(old), text.replace(old, new, 1)
+        assert n >= 1, (host, old)
+        path.write_text(edited)
     try:
         yield
     finally:
-        path.write_text(text)
+        for path, text in saved.items():
+            path.write_text(text)
 
 
 def _drained(cluster) -> list[str]:
@@ -46,52 +60,66 @@ def _drained(cluster) -> list[str]:
     return [ln for ln in out if ln.strip() and ln.split()[1].startswith(("drain", "drng", "down"))]
 
 
-def _wait_recorded(inv, jid: int, timeout: float = 30.0) -> None:
+def _wait_recorded(cluster, jid: int, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while True:
-        with inv.session() as repo:
-            if repo.find_job_run(jid) is not None:
-                return
+        got = cluster.inventory(_job_record, jid)
+        if got is not None:
+            return got
         assert time.monotonic() < deadline, f"job {jid} not recorded within {timeout:g} s"
-        time.sleep(0.1)
+        time.sleep(0.2)
+
+
+def _stat_on_node(path: str):
+    st = os.stat(path)
+    return st.st_uid, st.st_ino, st.st_dev
 
 
 def test_opted_in_job_records_every_volume_on_every_node(cluster):
-    cfg, inv = _inventory(cluster)
+    cfg = _cfg(cluster)
     jid = cluster.sbatch("-N3", "--snapshot-volumes=scratch,pfs", "-o", "/dev/null",
                          "--wrap", "srun /bin/true")
     _wait_done(cluster, jid)
-    _wait_recorded(inv, jid)   # PrologSlurmctld records in the background (the default)
-    with inv.session() as repo:
-        run = repo.job_run(jid)
-        vols = repo.volumes(run)
-        assert sorted(run.nodes) == ["n1", "n2", "n3"]
-        assert run.user_name == cluster.user
-        got = sorted((v.volume_class, v.node) for v in vols)
-        assert got == [("pfs", ""), ("scratch", "n1"), ("scratch", "n2"), ("scratch", "n3")]
+    # PrologSlurmctld records in the background (the default)
+    nodes, user, vols = _wait_recorded(cluster, jid)
+    assert nodes == ["n1", "n2", "n3"]
+    assert user == cluster.user
+    assert [(c, n) for c, n, _p in vols] == [("pfs", ""), ("scratch", "n1"), ("scratch", "n2"), ("scratch", "n3")]
     uid = pwd.getpwnam(cluster.user).pw_uid
-    for v in vols:
-        st = os.stat(v.path)
-        assert st.st_uid == uid, v.path
+    for vclass, node, path in vols:
+        if node:
+            # Each node prepared its volume on its own disk: seen inside the node
+            # on that node's device, and in the machine room on that disk alone.
+            assert path == f"{cluster.scratch}/jobs/{jid}"
+            # (A btrfs subvolume has an st_dev of its own, the same in every namespace.)
+            inside = cluster.on(node, _stat_on_node, path)
+            st = os.stat(cluster.root_path(path, node))
+            assert (st.st_uid, st.st_ino, st.st_dev) == inside, (node, path)
+            others = [os.stat(cluster.root_path(path, n)).st_dev for n in cluster.nodes if n != node]
+            assert inside[2] not in others, (node, path)
+        else:
+            st = os.stat(path)
+        assert st.st_uid == uid, (node, path)
         # A btrfs subvolume's root inode is 256: it can be snapshotted on its own.
-        assert st.st_ino == 256, f"{v.path} is not a subvolume"
+        assert st.st_ino == 256, f"{path} on {node or 'pfs'} is not a subvolume"
     jd = Path(cfg.paths.barrier_dir) / str(jid)
     assert (jd / "job.json").exists()
     assert os.stat(jd / "ack").st_uid == uid and (os.stat(jd / "ack").st_mode & 0o077) == 0
 
 
 def test_job_without_options_leaves_no_trace(cluster):
-    cfg, inv = _inventory(cluster)
+    cfg = _cfg(cluster)
     jid = cluster.sbatch("-N3", "-o", "/dev/null", "--wrap", "srun /bin/true")
     _wait_done(cluster, jid)
-    with inv.session() as repo:
-        assert repo.find_job_run(jid) is None
+    assert cluster.inventory(_job_record, jid) is None
+    for node in cluster.nodes:
+        assert not cluster.root_path(f"{cluster.scratch}/jobs/{jid}", node).exists(), node
     assert not (Path(cfg.paths.barrier_dir) / str(jid)).exists()
     assert f'"job_id": {jid},' not in cluster.hook_log()
 
 
 def test_inventory_unreachable_hooks_exit_0_and_node_stays_up(cluster):
-    with _config_edit(cluster, 'url = "sqlite:///', 'url = "postgresql+psycopg2://nobody@127.0.0.1:1/none"\n#'):
+    with _config_edit(cluster, r'^url = ".*"$', 'url = "postgresql+psycopg2://nobody@127.0.0.1:1/none"', regex=True):
         jid = cluster.sbatch("-N3", "--snapshot-volumes=scratch", "-o", "/dev/null", "--wrap", "srun /bin/true")
         _wait_done(cluster, jid)
     log = cluster.hook_log()
@@ -102,7 +130,6 @@ def test_inventory_unreachable_hooks_exit_0_and_node_stays_up(cluster):
 
 
 def test_backend_tool_missing_open_then_closed(cluster):
-    cfg, inv = _inventory(cluster)
     marker = 'backend = "btrfs"\ndefault = true\n'
     broken = marker + 'options = { tool_dir = "/nonexistent-tools" }\n'
     with _config_edit(cluster, marker, broken):
@@ -125,45 +152,40 @@ def test_backend_tool_missing_open_then_closed(cluster):
             assert j is not None and j.state != "COMPLETED", j
             cluster.cancel(jid2)
     # A closed Prolog failure drains the node (Slurm's rule): give it back.
-    cluster.run(["scontrol", "update", "nodename=n2", "state=resume"], timeout=30)
+    cluster.run(["scontrol", "update", "nodename=n2", "state=resume"], timeout=30, host="ctl")
     time.sleep(1)
 
 
 def test_doctor_all_well_then_names_problems(cluster):
-    helper = cluster.env["SLURM_SNAP_HELPER"]
-    env = ["/usr/bin/env", f"SLURM_CONF={cluster.slurm_conf}"]
-    import subprocess
-
-    def doctor():
-        return subprocess.run([*env, helper, "--config", cluster.env["SLURM_SNAP_CONFIG"], "doctor"],
-                              capture_output=True, text=True, timeout=120)
+    def doctor():   # the admin's view, on ctl
+        return cluster.cli("doctor", host="ctl", timeout=120)
 
     ok = doctor()
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "0 problem(s)" in ok.stdout
-    cluster.run(["scontrol", "update", "partitionname=low", "gracetime=1"], timeout=30, check=True)
+    cluster.run(["scontrol", "update", "partitionname=low", "gracetime=1"], timeout=30, check=True, host="ctl")
     try:
         bad = doctor()
     finally:
         cluster.run(["scontrol", "update", "partitionname=low",
-                     f"gracetime={cluster.env.get('SLURM_SNAP_GRACE', '10')}"], timeout=30, check=True)
+                     f"gracetime={cluster.env.get('SLURM_SNAP_GRACE', '10')}"], timeout=30, check=True, host="ctl")
     assert bad.returncode == 3
     assert "FAIL  partition low: GraceTime 1 s" in bad.stdout and "raise GraceTime of low" in bad.stdout
+
+
+def _slurm_config_on_ctl(slurm_conf: str):
+    from slurm_snap.slurm import commands
+
+    os.environ["SLURM_CONF"] = slurm_conf
+    return commands.show_config(), commands.show_partitions()
 
 
 def test_doctor_detects_missing_user_signal_in_real_config(cluster):
     """The same check on the running Slurm's own output, with the setting taken out."""
     from slurm_snap import doctor
-    from slurm_snap.config import load
-    from slurm_snap.slurm import commands
 
-    os.environ["SLURM_CONF"] = cluster.slurm_conf
-    try:
-        conf = commands.show_config()
-        parts = commands.show_partitions()
-    finally:
-        del os.environ["SLURM_CONF"]
-    cfg = load(cluster.env["SLURM_SNAP_CONFIG"])
+    conf, parts = cluster.on("ctl", _slurm_config_on_ctl, cluster.slurm_conf)
+    cfg = _cfg(cluster)
     assert all(f.ok for f in doctor.check_slurm(cfg, conf, parts, "required /x/slurm_snap.so"))
     conf["SlurmctldParameters"] = conf["SlurmctldParameters"].replace("preempt_send_user_signal", "")
     conf["PrologFlags"] = "(null)"

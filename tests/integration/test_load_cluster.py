@@ -18,14 +18,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOBS = 36
 
 
-def _inventory(cluster):
-    from slurm_snap.config import load
-    from slurm_snap.inventory.repository import Inventory
+def _missing(repo, ids):
+    return [j for j in ids if repo.find_job_run(j) is None]
 
-    cfg = load(cluster.env["SLURM_SNAP_CONFIG"])
-    inv = Inventory.from_config(cfg)
-    inv.upgrade()
-    return cfg, inv
+
+def _records(repo, ids):
+    """job id -> (nodes, user, [(class, node, path)], hook-failed events)."""
+    out = {}
+    for jid in ids:
+        run = repo.job_run(jid)
+        out[jid] = (list(run.nodes), run.user_name, [(v.volume_class, v.node, v.path) for v in repo.volumes(run)],
+                    [e.kind for e in repo.events(job_id=jid) if e.kind == "hook-failed"])
+    return out
 
 
 def _drained(cluster) -> list[str]:
@@ -34,7 +38,6 @@ def _drained(cluster) -> list[str]:
 
 
 def test_many_jobs_opting_in_at_once(cluster):
-    cfg, inv = _inventory(cluster)
     out = cluster.make_user_dir(f"load-{time.monotonic_ns()}")
     t0 = time.monotonic()
     ids = [cluster.sbatch("-N1", "-n1", "--snapshot-volumes=scratch", "-J", f"load{i}", "-o", f"{out}/%j.out",
@@ -55,24 +58,23 @@ def test_many_jobs_opting_in_at_once(cluster):
     # background: give the last recorders a moment) and prepared, on the node it ran on
     deadline = time.monotonic() + 60
     while True:
-        with inv.session() as repo:
-            missing = [j for j in ids if repo.find_job_run(j) is None]
+        missing = cluster.inventory(_missing, ids)
         if not missing or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    with inv.session() as repo:
-        for jid in ids:
-            run = repo.job_run(jid)
-            vols = repo.volumes(run)
-            assert len(run.nodes) == 1 and run.user_name == cluster.user, jid
-            assert [(v.volume_class, v.node) for v in vols] == [("scratch", run.nodes[0])], jid
-            # prepared by the node Prolog: the job's own subvolume, owned by the user
-            st = os.stat(vols[0].path)
-            assert st.st_ino == 256 and st.st_uid == pwd.getpwnam(cluster.user).pw_uid, jid
-            assert not [e for e in repo.events(job_id=jid) if e.kind == "hook-failed"], jid
+    uid = pwd.getpwnam(cluster.user).pw_uid
+    for jid, (nodes, user, vols, failed_events) in cluster.inventory(_records, ids).items():
+        assert len(nodes) == 1 and user == cluster.user, jid
+        assert [(c, n) for c, n, _p in vols] == [("scratch", nodes[0])], jid
+        # prepared by the node Prolog: the job's own subvolume, owned by the user,
+        # on the disk of the node it ran on and on no other
+        st = os.stat(cluster.root_path(vols[0][2], nodes[0]))
+        assert st.st_ino == 256 and st.st_uid == uid, jid
+        assert [n for n in cluster.nodes if cluster.root_path(vols[0][2], n).exists()] == nodes, jid
+        assert not failed_events, jid
     # no hook failed, no node drained
     failed = []
-    for line in cluster.hook_log().splitlines():
+    for line in cluster.hook_log().splitlines():   # every host's hooks.log
         if line.startswith("{"):
             rec = json.loads(line)
             if rec.get("job_id") in ids and rec.get("status") != "ok":

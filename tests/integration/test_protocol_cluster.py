@@ -1,7 +1,8 @@
 """Issue 6 acceptance on the dev cluster: `slurm-snap snapshot JOBID` on a
 running 3-node training job -- one real `scancel --signal`, the real client in
 the ranks, real btrfs subvolumes -- gives an app-consistent set, and training
-goes on after the release."""
+goes on after the release. The coordinator runs on ctl (where the inventory
+is), as root, and reaches each node's scratch through that node's sshd."""
 from __future__ import annotations
 
 import json
@@ -17,16 +18,14 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = """#!/bin/bash
-srun /opt/slurm-snap/venv/bin/python {train} --steps 100000 --step-time 0.2 --release-timeout 60
+srun {python} {train} --steps 100000 --step-time 0.2 --release-timeout 60
 """
 
 
-def _inventory(cluster):
+def _cfg(cluster):
     from slurm_snap.config import load
-    from slurm_snap.inventory.repository import Inventory
 
-    cfg = load(cluster.env["SLURM_SNAP_CONFIG"])
-    return cfg, Inventory.from_config(cfg)
+    return load(cluster.config_path("ctl"))
 
 
 def _steps(out: Path) -> int:
@@ -34,16 +33,9 @@ def _steps(out: Path) -> int:
     return len(re.findall(r"^step \d+", text, re.M))
 
 
-def _helper_argv(cluster, *args: str) -> list[str]:
-    return [cluster.env.get("SLURM_SNAP_HELPER", "/opt/slurm-snap/venv/bin/slurm-snap"),
-            "--config", cluster.env["SLURM_SNAP_CONFIG"], *args]
-
-
 def _cli(cluster, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """slurm-snap as root, with the environment an admin's shell would give it."""
-    return subprocess.run(_helper_argv(cluster, *args), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL,
-                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_CONF": cluster.slurm_conf})
+    """slurm-snap as root on ctl, with the environment an admin's shell would give it."""
+    return cluster.cli(*args, host="ctl", timeout=timeout)
 
 
 def _snapshot(cluster, jid: int, *extra: str) -> tuple[int, dict, str]:
@@ -57,7 +49,7 @@ def _start_training(cluster, name: str, script: str, *sbatch: str) -> tuple[str,
     train = cluster.write_user_file(f"train-{name}.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
     out = cluster.make_user_dir(f"protocol-{name}-{time.monotonic_ns()}")
     jid = cluster.sbatch(*sbatch, "-N3", "--ntasks-per-node=1", "-c1", "--snapshot-volumes=scratch,pfs",
-                         "-o", f"{out}/slurm-%j.out", script=script.format(train=train))
+                         "-o", f"{out}/slurm-%j.out", script=script.format(train=train, python=cluster.python))
     log = out / f"slurm-{jid}.out"
     try:
         cluster.wait_state(jid, "RUNNING", timeout=60)
@@ -71,27 +63,36 @@ def _start_training(cluster, name: str, script: str, *sbatch: str) -> tuple[str,
     return train, jid, log
 
 
+def _set_parts(repo, set_id: int):
+    """Acks (node, rank, step, manifest), parts (class, node, volume path, snapshot path), the set's manifest_ok."""
+    acks = [(a.node, a.rank, a.step, list(a.manifest)) for a in repo.acks(set_id)]
+    parts = [(p.volume.volume_class, p.node, p.volume.path, p.path, p.manifest_ok) for p in repo.snapshots(set_id)]
+    return acks, parts, repo.get_set(set_id).manifest_ok
+
+
 def test_on_demand_snapshot_of_a_running_training_job(cluster):
-    cfg, inv = _inventory(cluster)
+    cfg = _cfg(cluster)
     _train, jid, log = _start_training(cluster, "protocol", BATCH)
     try:
         rc, res, err = _snapshot(cluster, jid, "--deadline", "30")
         assert rc == 0, err
         assert (res["state"], res["consistency"]) == ("COMPLETE", "app-consistent"), res
         assert res["checkpoint_step"] is not None and res["failed_nodes"] == []
-        with inv.session() as repo:
-            parts = repo.snapshots(res["set_id"])
-            acks = repo.acks(res["set_id"])
-            st = repo.get_set(res["set_id"])
-        assert sorted(a.node for a in acks) == ["n1", "n2", "n3"]
-        assert sorted((p.volume.volume_class, p.node) for p in parts) == \
+        acks, parts, manifest_ok = cluster.inventory(_set_parts, res["set_id"])
+        assert sorted(a[0] for a in acks) == ["n1", "n2", "n3"]
+        assert sorted((p[0], p[1]) for p in parts) == \
             [("pfs", ""), ("scratch", "n1"), ("scratch", "n2"), ("scratch", "n3")]
-        assert st.manifest_ok is True and all(p.manifest_ok for p in parts)
-        pfs = next(p for p in parts if not p.node)
-        for a in acks:  # every acknowledged checkpoint file is in the pfs snapshot
-            for e in a.manifest:
-                rel = os.path.relpath(e["path"], pfs.volume.path)
-                assert os.path.getsize(os.path.join(pfs.path, rel)) == e["size"]
+        assert manifest_ok is True and all(p[4] for p in parts)
+        for vclass, node, live, snap, _ok in parts:
+            if node:   # each node's scratch snapshot is on that node's own disk, and only there
+                assert live == f"{cluster.scratch}/jobs/{jid}"
+                assert cluster.root_path(snap, node).is_dir(), (node, snap)
+                assert [n for n in cluster.nodes if cluster.root_path(snap, n).exists()] == [node], snap
+        _c, _n, pfs_live, pfs_snap, _ok = next(p for p in parts if not p[1])
+        for _node, _rank, _step, manifest in acks:  # every acknowledged checkpoint file is in the pfs snapshot
+            for e in manifest:
+                rel = os.path.relpath(e["path"], pfs_live)
+                assert os.path.getsize(os.path.join(pfs_snap, rel)) == e["size"]
         assert (Path(cfg.paths.barrier_dir) / str(jid) / "release" / res["epoch"]).exists()
 
         before = _steps(log)  # released: training goes on
@@ -104,28 +105,33 @@ def test_on_demand_snapshot_of_a_running_training_job(cluster):
         assert rc == 0, err
         assert (res2["state"], res2["consistency"]) == ("COMPLETE", "crash-consistent")
         # the other test user may not snapshot this job
-        other = cluster.run(_helper_argv(cluster, "snapshot", str(jid)), user=cluster.other_user, timeout=60)
+        other = cluster.cli("snapshot", str(jid), host="login", user=cluster.other_user, timeout=60)
         assert other.returncode in (4, 9), other.stderr  # 9: the inventory is not readable by users at all
     finally:
         cluster.cancel(jid)
 
 
+def _preempt_set(repo, jid: int):
+    for st in repo.sets_of_job(jid):
+        if st.trigger == "preempt" and st.state not in ("PENDING", "QUIESCING", "CUTTING", "CUT"):
+            return st.id, st.state, st.consistency, st.reason, st.checkpoint_step, st.epoch
+    return None
+
+
+def _drill_record(repo, set_id: int):
+    last = max(repo.restore_tests(set_id), key=lambda t: t.id)
+    return repo.get_set(set_id).state, (last.id, last.result, last.first_step, last.time_to_first_step)
+
+
 def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_from_it(cluster):
-    cfg, inv = _inventory(cluster)
+    cfg = _cfg(cluster)
     train, jid, log = _start_training(cluster, "preempt", BATCH, "-p", "low", "--requeue", "--open-mode=append",
                                       "--snapshot-on-preempt")
     try:
         cluster.preempt()
 
-        def preempt_set():
-            with inv.session() as repo:
-                for st in repo.sets_of_job(jid):
-                    if st.trigger == "preempt" and st.state not in ("PENDING", "QUIESCING", "CUTTING", "CUT"):
-                        return st.id, st.state, st.consistency, st.reason, st.checkpoint_step, st.epoch
-            return None
-
         deadline = time.monotonic() + 120
-        while (found := preempt_set()) is None:
+        while (found := cluster.inventory(_preempt_set, jid)) is None:
             assert time.monotonic() < deadline, f"no finished preemption set; hook log:\n{cluster.hook_log()[-4000:]}"
             time.sleep(0.5)
         set_id, state, consistency, reason, step, epoch = found
@@ -138,8 +144,8 @@ def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_fro
             assert time.monotonic() < deadline, f"requeued run did not resume:\n{log.read_text()[-3000:]}"
             time.sleep(0.5)
         resumed = pattern.findall(log.read_text())
-        with inv.session() as repo:
-            acked = {a.step for a in repo.acks(set_id)}
+        acks, parts, _ok = cluster.inventory(_set_parts, set_id)
+        acked = {a[2] for a in acks}
         # each rank resumes from its own acknowledged checkpoint, inside the snapshot
         assert len(resumed) == 3 and {int(s) for s, _ in resumed} <= acked and min(acked) == step
         assert all("/.snapshots/" in src for _, src in resumed), resumed
@@ -162,9 +168,10 @@ def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_fro
         # `show` on this set names every node and every volume.
         shown = _cli(cluster, "show", f"set:{set_id}", timeout=60)
         assert shown.returncode == 0, shown.stderr
-        with inv.session() as repo:
-            vol_paths = [p.volume.path for p in repo.snapshots(set_id)]
-        assert len(vol_paths) == 4
+        # Each part is one (node, volume): scratch has the same path on every node.
+        vols = sorted((p[1], p[2]) for p in parts)
+        vol_paths = sorted({path for _node, path in vols})
+        assert len(vols) == 4 and len(vol_paths) == 2
         for name in ("n1", "n2", "n3", *vol_paths):
             assert name in shown.stdout, (name, shown.stdout)
 
@@ -173,44 +180,45 @@ def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_fro
         # volumes hold still while we checksum them around the drill.
         cluster.cancel(jid)
         cluster.wait_state(jid, {"CANCELLED", "COMPLETED", "FAILED"}, timeout=90)
-        rank0_step = next(a.step for a in _acks(inv, set_id) if a.rank == 0)
-        before = {p: _digest(Path(p)) for p in vol_paths}
+        rank0_step = next(a[2] for a in acks if a[1] == 0)
+        # Every live volume as the machine room sees it: each node's scratch on its own disk.
+        live = {(node, path): cluster.root_path(path, node or None) for node, path in vols}
+        before = {k: _digest(p) for k, p in live.items()}
         # The checkpoints are on pfs (the scratch volumes are empty but exist:
         # anything a drill wrote into them would show up as a new file).
-        pfs_path = next(p for p in vol_paths if "/scratch/" not in p)
-        assert any(k.endswith(".pt") for k in before[pfs_path]), before
-        assert all(os.path.isdir(p) for p in vol_paths)
+        pfs_path = next(path for node, path in vols if not node)
+        assert any(k.endswith(".pt") for k in before[("", pfs_path)]), before
+        assert all(p.is_dir() for p in live.values())
         drill = _cli(cluster, "restore-test", f"set:{set_id}", "--json", "--deadline", "120", "--command",
-                     f"/opt/slurm-snap/venv/bin/python {train} --steps {rank0_step + 3}", timeout=300)
+                     f"{cluster.python} {train} --steps {rank0_step + 3}", timeout=300)
         assert drill.returncode == 0, (drill.stdout, drill.stderr)
         result = json.loads(drill.stdout)
         # rank 0 of the drill resumes from rank 0's acknowledged checkpoint in
         # the clone, so its first step is the next one
         assert result["result"] == "PASSED" and result["first_step"] == rank0_step + 1, result
         assert result["time_to_first_step"] > 0 and not result["kept"] and not result["cleanup_errors"]
-        assert set(result["restore_map"]) == set(vol_paths)
-        with inv.session() as repo:
-            state = repo.get_set(set_id).state
-            last = max(repo.restore_tests(set_id), key=lambda t: t.id)
-            recorded = (last.id, last.result, last.first_step, last.time_to_first_step)
+        # One clone per (node, volume): the same scratch path on three nodes
+        # gives three entries, the later ones keyed "node:path".
+        rmap = result["restore_map"]
+        assert len(rmap) == 4 and {k.split(":", 1)[-1] for k in rmap} == set(vol_paths), rmap
+        assert sorted(v.rsplit("/", 1)[-1] for k, v in rmap.items() if str(cluster.scratch) in k) == \
+            ["scratch@n1", "scratch@n2", "scratch@n3"], rmap
+        state, recorded = cluster.inventory(_drill_record, set_id)
         assert state == "VERIFIED"
         assert recorded[:3] == (result["test_id"], "PASSED", rank0_step + 1)
         assert recorded[3] == pytest.approx(result["time_to_first_step"])
-        assert {p: _digest(Path(p)) for p in vol_paths} == before   # live volumes untouched
-        for restored in result["restore_map"].values():             # the clones are gone
-            assert not os.path.exists(restored), restored
+        assert {k: _digest(p) for k, p in live.items()} == before   # live volumes untouched
+        for restored in rmap.values():                                # the clones are gone, on every disk
+            where = [cluster.root_path(restored, n) for n in cluster.nodes] if restored.startswith(
+                str(cluster.scratch) + "/") else [Path(restored)]
+            assert not any(p.exists() for p in where), restored
         assert not os.path.exists(result["namespace"])
         leftovers = [str(p) for p in Path(cfg.paths.restore_root).glob(f"{set_id}-*")]
-        for vp in vol_paths:
-            leftovers += [str(p) for p in Path(vp).parent.glob(f".snapshots/.slurm-snap-restore-{set_id}-*")]
+        for (node, vp), root in live.items():
+            leftovers += [str(p) for p in root.parent.glob(f".snapshots/.slurm-snap-restore-{set_id}-*")]
         assert not leftovers, leftovers
     finally:
         cluster.cancel(jid)
-
-
-def _acks(inv, set_id: int):
-    with inv.session() as repo:
-        return repo.acks(set_id)
 
 
 def _digest(root: Path) -> dict[str, str]:
@@ -235,12 +243,11 @@ IGNORE_ON_N3 = """#!/bin/bash
 # The ranks on one node swallow the checkpoint signal (as code that does not
 # forward SIGUSR1 would): that node never acknowledges.
 srun /bin/bash -c 'if [ "$SLURMD_NODENAME" = n3 ]; then extra=--ignore-signal; fi; \
-exec /opt/slurm-snap/venv/bin/python {train} --steps 100000 --step-time 0.2 --release-timeout 60 $extra'
+exec {python} {train} --steps 100000 --step-time 0.2 --release-timeout 60 $extra'
 """
 
 
 def test_node_that_never_acknowledges_is_named_and_the_set_is_not_app_consistent(cluster):
-    cfg, inv = _inventory(cluster)
     _train, jid, _log = _start_training(cluster, "ignore", IGNORE_ON_N3)
     try:
         rc, res, err = _snapshot(cluster, jid, "--deadline", "6")

@@ -1,7 +1,12 @@
 """A drill of a set spanning classes, nodes, filesystems and transports on the dev cluster:
-shared pfs (btrfs, local) plus node-local scratch on n1 and n2 (btrfs, each its own
-filesystem, reached over SSH). The restore root is on pfs, so the scratch clones
-must fall back to their snapshot's filesystem, through SSH, and be removed again."""
+shared pfs (btrfs, local on ctl) plus node-local scratch on n1 and n2 (btrfs, each node's
+own disk at the same path, reached from ctl over that node's sshd). The restore root is
+on pfs, so the scratch clones must fall back to their snapshot's filesystem, on the
+right node, through SSH, and be removed again.
+
+The drill runs where the coordinator runs (ctl); its program runs there as the owner
+and sees the pfs clone. The scratch clones live on the nodes' disks: the machine room
+checks them while the program holds the drill open."""
 from __future__ import annotations
 
 import json
@@ -9,6 +14,9 @@ import os
 import pwd
 import subprocess
 import textwrap
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -21,46 +29,43 @@ from slurm_snap.restore.drill import Drill
 
 pytestmark = pytest.mark.integration
 
-PYTHON = "/opt/slurm-snap/venv/bin/python"
 PROGRAM = textwrap.dedent('''
-    import json, os, sys
+    import json, os, sys, time
     restored = json.loads(os.environ["SLURM_SNAP_RESTORE_MAP"])
-    steps = []
-    for live, path in sorted(restored.items()):
-        steps.append(int(open(os.path.join(path, "ckpt")).read()))
-    json.dump({"map": restored, "steps": steps, "uid": os.getuid()}, open(sys.argv[1], "w"))
-    print(f"SLURM_SNAP_FIRST_STEP {min(steps) + 1}", flush=True)
+    pfs = os.environ["SLURM_SNAP_RESTORE_PFS"]
+    step = int(open(os.path.join(pfs, "ckpt")).read())
+    with open(sys.argv[1] + ".tmp", "w") as f:
+        json.dump({"map": restored, "pfs": pfs, "step": step, "uid": os.getuid()}, f)
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    deadline = time.time() + 60   # the machine room looks at the node clones meanwhile
+    while not os.path.exists(sys.argv[2]) and time.time() < deadline:
+        time.sleep(0.1)
+    print(f"SLURM_SNAP_FIRST_STEP {step + 1}", flush=True)
 ''')
 
 
-def subvolume(path: str, owner, step: int) -> None:
+def subvolume(path, owner, step: int) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    subprocess.run(["/usr/bin/btrfs", "subvolume", "create", path], check=True, capture_output=True, timeout=60)
+    subprocess.run(["/usr/bin/btrfs", "subvolume", "create", str(path)], check=True, capture_output=True, timeout=60)
     with open(os.path.join(path, "ckpt"), "w") as f:
         f.write(str(step))
     os.chown(path, owner.pw_uid, owner.pw_gid)
     os.chown(os.path.join(path, "ckpt"), owner.pw_uid, owner.pw_gid)
 
 
-def test_multi_class_multi_node_drill(cluster):
-    cfg = config_mod.load(cluster.env["SLURM_SNAP_CONFIG"])
-    pfs, scratch = cfg.volume_class("pfs"), cfg.volume_class("scratch")
-    assert pfs and scratch and scratch.scope == "node-local" and scratch.transport == "ssh"
-    owner = pwd.getpwnam(cluster.user)
-    job_id = 8_100_000 + os.getpid() % 100_000
-    parts = [(pfs, None), (scratch, "n1"), (scratch, "n2")]
+def _record_and_cut(config: str, job_id: int, owner_name: str, resume_cmd: str, parts_spec):
+    """On ctl: record the job and a COMPLETE set whose parts are cut through the
+    factory (pfs locally, scratch over SSH on each node)."""
+    cfg = config_mod.load(config)
+    owner = pwd.getpwnam(owner_name)
+    parts = [(cfg.volume_class(name), node) for name, node in parts_spec]
     lives = [vc.job_path(node, job_id) for vc, node in parts]
-    refs = []
     inv = Inventory.from_config(cfg)
+    refs = []
     try:
-        for live in lives:
-            subvolume(live, owner, 500)
-        program = cluster.write_user_file(f"multi-{job_id}.py", PROGRAM, mode=0o644)
-        seen = cluster.user_dir() / f"multi-seen-{job_id}.json"
-        inv.upgrade()
         with inv.session() as repo:
             run = repo.record_job_run(job_id=job_id, restart_count=0, user_name=owner.pw_name, uid=owner.pw_uid,
-                                      nodes=["n1", "n2"], options={"resume_cmd": f"{PYTHON} {program} {seen}"})
+                                      nodes=["n1", "n2"], options={"resume_cmd": resume_cmd})
             vols = repo.add_volumes(run, [VolumeSpec(path=live, scope=vc.scope, volume_class=vc.name,
                                                      backend=vc.backend, node=node or "")
                                           for (vc, node), live in zip(parts, lives)])
@@ -69,34 +74,103 @@ def test_multi_class_multi_node_drill(cluster):
             repo.transition(set_id, S.CUTTING)
             records = []
             for (vc, node), live, vol in zip(parts, lives, vols):
-                backend = factory.backend_for_class(cfg, vc, node)
-                ref = backend.create(live, f"multi-{job_id}")
-                refs.append((backend, ref))
+                ref = factory.backend_for_class(cfg, vc, node).create(live, f"multi-{job_id}")
+                refs.append((vc.name, node, ref))
                 records.append(SnapshotRecord(volume_id=vol.id, backend=vc.backend, name=ref.name, ref=ref.ref,
                                               path=ref.path or "", node=node or "", cut_started_at=st.requested_at,
                                               cut_at=st.requested_at))
             repo.record_parts(set_id, records)
             repo.transition(set_id, S.CUT)
             repo.transition(set_id, S.COMPLETE, consistency=S.CRASH, checkpoint_step=500)
-
-        out = Drill(cfg, inv, caller=Caller(uid=0, name="root")).run(str(job_id), deadline=60)
-        assert out.passed, out.reason
-        info = json.loads(seen.read_text())
-        assert info["uid"] == owner.pw_uid and info["steps"] == [500, 500, 500]
-        assert set(info["map"]) == set(lives)
-        by_live = info["map"]
-        assert by_live[lives[0]].startswith(cfg.paths.restore_root + "/")        # pfs: in the restore root
-        for live, node in zip(lives[1:], ["n1", "n2"]):                            # scratch: next to its snapshot
-            assert by_live[live].endswith(f"/scratch@{node}") and ".slurm-snap-restore-" in by_live[live]
-        for path in by_live.values():
-            assert not os.path.exists(path)
-            assert not os.path.exists(os.path.dirname(path))
-        with inv.session() as repo:
-            assert repo.get_set(set_id).state == S.VERIFIED
+        return set_id, refs
+    except BaseException:
+        _delete(config, refs)
+        raise
     finally:
-        for backend, ref in refs:
-            backend.delete(ref)
-        for live in lives:
-            subprocess.run(["/usr/bin/btrfs", "subvolume", "delete", live], capture_output=True, timeout=60)
         inv.dispose()
         factory.reset_cache()
+
+
+def _drill(config: str, job_id: int):
+    cfg = config_mod.load(config)
+    inv = Inventory.from_config(cfg)
+    try:
+        out = Drill(cfg, inv, caller=Caller(uid=0, name="root")).run(str(job_id), deadline=90)
+        return out.passed, out.reason
+    finally:
+        inv.dispose()
+        factory.reset_cache()
+
+
+def _set_state(repo, set_id: int) -> str:
+    return repo.get_set(set_id).state
+
+
+def _delete(config: str, refs) -> None:
+    cfg = config_mod.load(config)
+    try:
+        for name, node, ref in refs:
+            factory.backend_for_class(cfg, cfg.volume_class(name), node).delete(ref)
+    finally:
+        factory.reset_cache()
+
+
+def test_multi_class_multi_node_drill(cluster):
+    cfg = config_mod.load(cluster.config_path("ctl"))
+    pfs, scratch = cfg.volume_class("pfs"), cfg.volume_class("scratch")
+    assert pfs and scratch and scratch.scope == "node-local" and scratch.transport == "ssh"
+    owner = pwd.getpwnam(cluster.user)
+    job_id = 8_100_000 + os.getpid() % 100_000
+    spec = [("pfs", None), ("scratch", "n1"), ("scratch", "n2")]
+    # Each live volume, as the machine room sees it: the scratch ones on their node's own disk.
+    lives = {(name, node): cluster.root_path(cfg.volume_class(name).job_path(node, job_id), node)
+             for name, node in spec}
+    refs = []
+    try:
+        for path in lives.values():
+            subvolume(path, owner, 500)
+        program = cluster.write_user_file(f"multi-{job_id}.py", PROGRAM, mode=0o644)
+        seen = cluster.user_dir() / f"multi-seen-{job_id}.json"
+        go = cluster.user_dir() / f"multi-go-{job_id}"
+        set_id, refs = cluster.on("ctl", _record_and_cut, cluster.config, job_id, owner.pw_name,
+                                  f"{cluster.python} {program} {seen} {go}", spec)
+
+        result = {}
+        drill = threading.Thread(target=lambda: result.update(out=cluster.on("ctl", _drill, cluster.config, job_id,
+                                                                              timeout=300)))
+        drill.start()
+        try:
+            deadline = time.monotonic() + 120
+            while not seen.exists():
+                assert time.monotonic() < deadline and drill.is_alive(), f"drill program never ran: {result}"
+                time.sleep(0.1)
+            info = json.loads(seen.read_text())
+            assert info["uid"] == owner.pw_uid and info["step"] == 500
+            by_live = info["map"]
+            assert len(by_live) == 3 and {k.split(":", 1)[-1] for k in by_live} == {
+                cfg.volume_class(name).job_path(node, job_id) for name, node in spec}
+            pfs_clone = by_live[pfs.job_path(None, job_id)]
+            assert pfs_clone == info["pfs"] and pfs_clone.startswith(cfg.paths.restore_root + "/")   # pfs: restore root
+            scratch_clones = sorted(v for k, v in by_live.items() if k.split(":", 1)[-1].startswith(scratch.prefix))
+            assert [c.rsplit("/", 1)[-1] for c in scratch_clones] == ["scratch@n1", "scratch@n2"]
+            for clone in scratch_clones:   # scratch: next to its snapshot, on its own node's disk only
+                node = clone.rsplit("@", 1)[-1]
+                assert ".slurm-snap-restore-" in clone and clone.startswith(scratch.prefix + "/"), clone
+                assert (cluster.root_path(clone, node) / "ckpt").read_text() == "500"
+                assert [n for n in cluster.nodes if cluster.root_path(clone, n).exists()] == [node], clone
+        finally:
+            go.touch()
+            drill.join(300)
+        passed, reason = result["out"]
+        assert passed, reason
+        for clone in [pfs_clone, *scratch_clones]:
+            where = [cluster.root_path(clone, n) for n in cluster.nodes] if clone in scratch_clones else [Path(clone)]
+            for p in where:
+                assert not p.exists() and not p.parent.exists(), p
+        assert cluster.inventory(_set_state, set_id) == S.VERIFIED
+    finally:
+        if refs:
+            cluster.on("ctl", _delete, cluster.config, refs)
+        for path in lives.values():
+            subprocess.run(["/usr/bin/btrfs", "subvolume", "delete", str(path)], capture_output=True, timeout=60)
+

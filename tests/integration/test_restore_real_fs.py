@@ -17,6 +17,7 @@ import textwrap
 import pytest
 
 import fs as realfs
+from realcomponents import venv_python
 from slurm_snap import config as config_mod
 from slurm_snap.access import Caller
 from slurm_snap.backends import factory
@@ -30,7 +31,7 @@ from slurm_snap.restore.retention import Policy
 pytestmark = pytest.mark.integration
 
 btrfs_fs, xfs_fs = realfs.btrfs_fs, realfs.xfs_fs  # session fixtures
-PYTHON = "/opt/slurm-snap/venv/bin/python"
+PYTHON = venv_python()
 _seq = itertools.count()
 
 PROGRAM = textwrap.dedent('''

@@ -1,9 +1,10 @@
 """`restore-test --submit` on the dev cluster: the drilled command runs as a Slurm job
 of the job's owner, in a btrfs clone on the shared pfs, and the CLI records the result
-(waiting, or later with --collect)."""
+(waiting, or later with --collect). The CLI runs on ctl, where the inventory is."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import pwd
@@ -21,7 +22,6 @@ from slurm_snap import states as S
 
 pytestmark = pytest.mark.integration
 
-PYTHON = "/opt/slurm-snap/venv/bin/python"
 PROGRAM = textwrap.dedent('''
     import json, os, sys, time
     root = os.environ["SLURM_SNAP_RESTORE_PFS"]
@@ -65,7 +65,7 @@ def drillable_set(cluster, offset: int):
         ref = backend.create(live, f"drill-{job_id}")
         with inv.session() as repo:
             run = repo.record_job_run(job_id=job_id, restart_count=0, user_name=owner.pw_name, uid=owner.pw_uid,
-                                      options={"resume_cmd": f"{PYTHON} {program} {seen}"})
+                                      options={"resume_cmd": f"{cluster.python} {program} {seen}"})
             (vol,) = repo.add_volumes(run, [VolumeSpec(path=live, scope="shared", volume_class="pfs",
                                                        backend="btrfs")])
             st, _ = repo.create_set(run, epoch="e1", trigger="manual")
@@ -85,12 +85,20 @@ def drillable_set(cluster, offset: int):
         factory.reset_cache()
 
 
-def test_submit_drill_runs_as_the_owner_under_slurm(cluster, monkeypatch, capsys):
+def _main(argv: list[str]) -> tuple[int, str]:
+    """The CLI in this process, its stdout captured (the caller runs on ctl, outside pytest's capture)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(argv)
+    return code, buf.getvalue()
+
+
+def _submit_and_wait(cluster) -> None:
+    os.environ["SLURM_CONF"] = cluster.slurm_conf
     with drillable_set(cluster, 0) as (cfg_path, inv, set_id, seen, owner):
-        monkeypatch.setenv("SLURM_CONF", cluster.slurm_conf)
-        code = main(["--config", cfg_path, "restore-test", f"set:{set_id}", "--submit", "--deadline", "120",
-                     "--queue-timeout", "120", "--json"])
-        out = json.loads(capsys.readouterr().out)
+        code, text = _main(["--config", cfg_path, "restore-test", f"set:{set_id}", "--submit", "--deadline", "120",
+                            "--queue-timeout", "120", "--json"])
+        out = json.loads(text)
         assert code == 0, out
         assert out["result"] == "PASSED" and out["first_step"] == 42
         assert out["slurm_job_id"] and out["cleanup_errors"] == []
@@ -104,12 +112,16 @@ def test_submit_drill_runs_as_the_owner_under_slurm(cluster, monkeypatch, capsys
         assert info == {"uid": owner.pw_uid, "slurm_job": str(out["slurm_job_id"])}
 
 
-def test_submit_no_wait_then_collect(cluster, monkeypatch, capsys):
+def test_submit_drill_runs_as_the_owner_under_slurm(cluster):
+    cluster.on("ctl", _submit_and_wait, cluster)
+
+
+def _submit_then_collect(cluster) -> None:
+    os.environ["SLURM_CONF"] = cluster.slurm_conf
     with drillable_set(cluster, 50_000) as (cfg_path, inv, set_id, seen, owner):
-        monkeypatch.setenv("SLURM_CONF", cluster.slurm_conf)
-        code = main(["--config", cfg_path, "restore-test", f"set:{set_id}", "--submit", "--no-wait",
-                     "--deadline", "120", "--json"])
-        out = json.loads(capsys.readouterr().out)
+        code, text = _main(["--config", cfg_path, "restore-test", f"set:{set_id}", "--submit", "--no-wait",
+                            "--deadline", "120", "--json"])
+        out = json.loads(text)
         assert code == 0 and out["result"] == "SUBMITTED" and out["slurm_job_id"]
         with inv.session() as repo:
             (rt,) = repo.restore_tests(set_id)
@@ -117,8 +129,8 @@ def test_submit_no_wait_then_collect(cluster, monkeypatch, capsys):
             assert repo.get_set(set_id).state == S.COMPLETE
         end = time.monotonic() + 120
         while time.monotonic() < end:
-            assert main(["--config", cfg_path, "restore-test", "--collect"]) == 0
-            text = capsys.readouterr().out
+            code, text = _main(["--config", cfg_path, "restore-test", "--collect"])
+            assert code == 0
             if f"restore test {rt.id} of set {set_id}: PASSED" in text:
                 break
             time.sleep(2)
@@ -130,3 +142,7 @@ def test_submit_no_wait_then_collect(cluster, monkeypatch, capsys):
             assert repo.get_set(set_id).state == S.VERIFIED
             assert not os.path.exists(rt.target)
         assert json.loads(seen.read_text())["uid"] == owner.pw_uid
+
+
+def test_submit_no_wait_then_collect(cluster):
+    cluster.on("ctl", _submit_then_collect, cluster)

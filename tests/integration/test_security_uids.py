@@ -26,11 +26,12 @@ from pathlib import Path
 import pytest
 
 from fs import require  # noqa: E402  (fail under CI, skip locally)
+from realcomponents import venv_python  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-PY = "/opt/slurm-snap/venv/bin/python" if os.path.exists("/opt/slurm-snap/venv/bin/python") else sys.executable
+PY = venv_python()
 
 
 def account(name):

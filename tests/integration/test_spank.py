@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import REPO, Cluster, run_group, unavailable, user_ids
+from cluster import REPO, Cluster, unavailable, user_ids
 
 pytestmark = pytest.mark.integration
 
@@ -121,9 +121,9 @@ def conf_with_helper(cluster):
 
 
 def submit_with_conf(cluster: Cluster, conf: str, *args: str):
-    env = [f"SLURM_CONF={conf}", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
-    argv = ["/usr/bin/env", "-i", *env, "sbatch", "--parsable", "--hold", "-o", "/dev/null", *args, "--wrap", "true"]
-    proc = run_group(["/usr/sbin/runuser", "-u", cluster.user, "--", *argv], cwd=cluster.user_dir(), timeout=60)
+    """sbatch on login as the test user with another slurm.conf (hence another plugstack)."""
+    proc = cluster.sbatch_raw(["--parsable", "--hold", "-o", "/dev/null", *args, "--wrap", "true"],
+                              user=cluster.user, env={"SLURM_CONF": conf})
     if proc.returncode == 0:
         cluster.cancel(int(proc.stdout.strip().split(";")[0]))
     return proc
@@ -173,11 +173,9 @@ def test_steps_inside_the_job_do_not_rerun_the_check(cluster, conf_with_helper):
     counter = cluster.write_user_file(f"{out.name}/count-helper",
                                       f"#!/bin/sh\necho \"$*\" >> {out}/calls\nexit 0\n", mode=0o755)
     conf = conf_with_helper(str(counter))
-    env = [f"SLURM_CONF={conf}", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
-    proc = run_group(["/usr/sbin/runuser", "-u", cluster.user, "--", "/usr/bin/env", "-i", *env,
-                      "sbatch", "--parsable", "-o", f"{out}/slurm.out", "--snapshot-volumes=pfs",
-                      "--wrap", f"srun /bin/true && srun /bin/true && touch {out}/steps-ran"],
-                     cwd=out, timeout=60)
+    proc = cluster.sbatch_raw(["--parsable", "-o", f"{out}/slurm.out", "--snapshot-volumes=pfs",
+                               "--wrap", f"srun /bin/true && srun /bin/true && touch {out}/steps-ran"],
+                              user=cluster.user, cwd=out, env={"SLURM_CONF": conf})
     assert proc.returncode == 0, proc.stderr
     cluster.wait_state(int(proc.stdout.strip().split(";")[0]), {"COMPLETED", "FAILED", "CANCELLED"}, timeout=60)
     assert (out / "steps-ran").exists(), (out / "slurm.out").read_text() if (out / "slurm.out").exists() else ""

@@ -49,6 +49,11 @@ def test_defaults_and_env_override(write_config, monkeypatch):
     ("[paths]\nallowed_roots = '/x'\n", "paths.allowed_roots"),
     ("[ssh]\nport = 70000\n", "ssh.port"),
     ("[ssh]\nport = true\n", "ssh.port"),
+    ("[ssh]\naddresses = '10.0.0.1'\n", "ssh.addresses"),
+    ("[ssh.addresses]\nn1 = 7\n", "ssh.addresses.n1"),
+    ("[ssh.addresses]\nn1 = ''\n", "ssh.addresses.n1"),
+    ("[ssh.addresses]\nn1 = '10.0.0.1 -oProxyCommand=x'\n", "ssh.addresses.n1"),
+    ("[ssh.addresses]\n'n 1' = '10.0.0.1'\n", "ssh.addresses.n 1"),
     ("[[volume_class]]\nname='a'\nprefix='/a'\nscope='global'\nbackend='btrfs'\n", "volume_class[0].scope"),
     ("[[volume_class]]\nname='a'\nprefix='/a'\nscope='shared'\n", "volume_class[0].backend"),
     ("[[volume_class]]\nname='a'\nprefix='/a/{node}'\nscope='shared'\nbackend='x'\n", "volume_class[0].prefix"),
@@ -161,3 +166,17 @@ def test_doctor_checks_the_prolog_slurmctld_entry_point_agrees(write_config, tex
     assert finding.ok is want
     if not want:
         assert "/x/slurm-snap-prolog-slurmctld" in finding.fix and "RECORD=" in finding.fix
+
+
+def test_ssh_addresses_come_before_the_host_template(write_config):
+    from slurm_snap.backends import factory
+
+    cfg = config.load(write_config(GOOD.replace("[paths]", "[ssh]\nhost_template = '{node}.ib'\nport = 2222\n"
+                                                "[ssh.addresses]\nn1 = '10.7.0.11'\n[paths]")
+                                   + "transport = 'ssh'\n"))
+    assert cfg.ssh.addresses == {"n1": "10.7.0.11"}
+    assert factory.ssh_host(cfg, "n1") == "10.7.0.11"
+    assert factory.ssh_host(cfg, "n2") == "n2.ib"       # not listed: the template
+    vc = cfg.volume_class("scratch")
+    t = factory.transport_for(cfg, vc, "n1")
+    assert (t.host, t.port) == ("10.7.0.11", 2222)

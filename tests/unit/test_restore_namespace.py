@@ -66,3 +66,23 @@ def test_restore_root_someone_else_could_write_is_refused(tmp_path, mode, owner)
         os.chown(base, os.geteuid(), os.getegid())
     nsmod.make_namespace(str(base), ns, os.getuid(), os.getgid(), base_must_be_ours=True)
     assert os.path.isdir(ns)
+
+
+def test_cleanup_removes_the_alternative_namespace_on_every_host(tmp_path, monkeypatch):
+    """Node-local volumes at one path on several nodes: their clones' alternative
+    namespaces have one path too, one directory per node, and each is removed."""
+    from types import SimpleNamespace
+
+    ns = nsmod.namespace_path(str(tmp_path), 4, 1)
+    nsmod.make_namespace(str(tmp_path), ns, os.getuid(), os.getgid())
+    alt = nsmod.alt_namespace("/scratch/jobs/.snapshots/s1", ns)
+    nsmod.write_state(ns, {"namespaces": [alt], "clones": [
+        {"node": n, "path": f"{alt}/scratch@{n}", "ns": alt} for n in ("n1", "n2", "n3")]})
+    backends = {n: SimpleNamespace(transport=SimpleNamespace(where=f"root@{n}")) for n in ("n1", "n2", "n3")}
+    removed, emptied = [], []
+    monkeypatch.setattr(nsmod, "remove_clone", lambda b, path, where: removed.append((b.transport.where, path)))
+    monkeypatch.setattr(nsmod, "_remove_empty_dir", lambda b, path: emptied.append((b.transport.where, path)))
+    assert nsmod.cleanup_namespace(ns, lambda entry: backends[entry["node"]]) == []
+    assert sorted(removed) == [(f"root@{n}", f"{alt}/scratch@{n}") for n in ("n1", "n2", "n3")]
+    assert sorted(emptied) == [(f"root@{n}", alt) for n in ("n1", "n2", "n3")]
+    assert not os.path.exists(ns)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from realcomponents import venv_python
 from slurm_snap import config as config_mod
 from slurm_snap import errors
 from slurm_snap.backends import factory
@@ -29,7 +30,7 @@ from slurm_snap import states as S
 
 NAME = "test-dircopy"
 OWNER = "nobody"
-PYTHON = "/opt/slurm-snap/venv/bin/python"
+PYTHON = venv_python()
 
 
 def copy_tree(src: str, dst: str) -> None:

@@ -1,0 +1,237 @@
+# The hosts of the dev cluster: ctl, n1..n3 and login, each a network
+# namespace and a persistent mount namespace of its own. Sourced.
+#
+# Network: one bridge (br0) inside the switch namespace TAG-sw; each host's
+# eth0 is a veth whose peer TAG-HOST is a port of that bridge. Nothing is
+# added to the root namespace: the machine room (root ns) reaches the hosts
+# only through nsenter, never over the network.
+#
+# Mount namespaces are files under STATE/ns (a private bind mount of itself,
+# so the kernel lets nsfs be mounted there). Inside host H:
+#   STATE/local          <- STATE/hosts/H         (its /etc, logs, run, spool)
+#   STATE/mnt/scratch    <- STATE/disks/H/scratch  (nodes: its own btrfs)
+#   STATE/mnt/xscratch   <- STATE/disks/H/xscratch (nodes: its own XFS)
+#   STATE/mnt/pfs, STATE/mnt/xfs                   (shared, every host)
+#   STATE/disks, STATE/hosts, STATE/img            (hidden: empty tmpfs)
+# Daemons are started with nsenter --net --mount (ip netns exec would remount
+# /sys and slurmd fails on /sys/fs/cgroup: ../shared/SLURM-LAB.md).
+
+HOSTS="ctl n1 n2 n3 login"
+NS_DIR_REL=ns
+
+# Names derived from the state dir, so two clusters never share one: TAG is
+# 8 characters, which keeps "TAG-login" within the 15 of an interface name.
+hosts_init() {
+	local h n
+	h=$(printf '%s' "$STATE" | sha256sum | cut -c1-6)
+	TAG=ss$h
+	n=$((16#${h:0:4}))
+	# Addresses only matter inside this cluster's namespaces; a per-cluster
+	# subnet still keeps two clusters' logs from looking alike.
+	SUBNET=10.$((64 + n % 64)).$((n / 64 % 256))
+	NS_DIR=$STATE/$NS_DIR_REL
+	SWITCH_NS=$TAG-sw
+}
+
+host_addr() {
+	case $1 in
+	ctl) printf '%s.1\n' "$SUBNET" ;;
+	n[0-9]*) printf '%s.%s\n' "$SUBNET" "$((10 + ${1#n}))" ;;
+	login) printf '%s.100\n' "$SUBNET" ;;
+	*) die "no address for host '$1'" ;;
+	esac
+}
+
+netns_of() { printf '%s-%s\n' "$TAG" "$1"; }
+is_node() { case " $NODES " in *" $1 "*) return 0 ;; esac; return 1; }
+
+# Runs a command on a host: its network and mount namespaces, clean env.
+on_host() {
+	local h=$1
+	shift
+	/usr/bin/nsenter --net="/run/netns/$(netns_of "$h")" --mount="$NS_DIR/$h" -- \
+		/usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"
+}
+
+# A daemon on a host: spawn (lib-common.sh: clean env, no inherited lock or
+# stdout) of the command inside the host's namespaces.
+spawn_on() {
+	local h=$1 logfile=$2
+	shift 2
+	spawn "$logfile" /usr/bin/nsenter --net="/run/netns/$(netns_of "$h")" --mount="$NS_DIR/$h" -- "$@"
+}
+
+# Only the mount namespace (setting it up, before any network is needed).
+in_mounts() {
+	local h=$1
+	shift
+	/usr/bin/nsenter --mount="$NS_DIR/$h" -- "$@"
+}
+
+netns_exists() { [ -e "/run/netns/$1" ]; }
+mnt_ns_alive() { mountpoint -q "$NS_DIR/$1" 2>/dev/null; }
+
+# --- network ------------------------------------------------------------------
+# A namespace of that name held by another state dir would be joined, not
+# created: refuse (the registry names the owner).
+claim_tag() {
+	local owner
+	install -d -m 0755 "$DEV_RUN_DIR/tags"
+	if [ -r "$DEV_RUN_DIR/tags/$TAG" ]; then
+		owner=$(cat "$DEV_RUN_DIR/tags/$TAG")
+		[ "$owner" = "$STATE" ] || die "namespace tag $TAG is held by $owner; use another state dir"
+	fi
+	printf '%s\n' "$STATE" >"$DEV_RUN_DIR/tags/$TAG"
+}
+
+net_up() {
+	local h ns port
+	claim_tag
+	netns_exists "$SWITCH_NS" || ip netns add "$SWITCH_NS"
+	ip -n "$SWITCH_NS" link show br0 >/dev/null 2>&1 || ip -n "$SWITCH_NS" link add br0 type bridge
+	ip -n "$SWITCH_NS" link set lo up
+	ip -n "$SWITCH_NS" link set br0 up
+	for h in $HOSTS; do
+		ns=$(netns_of "$h")
+		port=$TAG-$h
+		netns_exists "$ns" || ip netns add "$ns"
+		# Both ends are created inside namespaces: no interface ever appears
+		# in the root namespace, even for a moment.
+		ip -n "$SWITCH_NS" link show "$port" >/dev/null 2>&1 ||
+			ip -n "$SWITCH_NS" link add "$port" type veth peer name eth0 netns "$ns"
+		ip -n "$SWITCH_NS" link set "$port" master br0 up
+		ip -n "$ns" addr replace "$(host_addr "$h")/24" dev eth0
+		ip -n "$ns" link set lo up
+		ip -n "$ns" link set eth0 up
+	done
+}
+
+# Deleting a namespace destroys its veth end, and with it the peer on the bridge.
+net_down() {
+	local h ns
+	for h in $HOSTS sw; do
+		ns=$(netns_of "$h")
+		netns_exists "$ns" || continue
+		ip netns del "$ns" 2>/dev/null || log "warning: ip netns del $ns failed"
+	done
+	rm -f "$DEV_RUN_DIR/tags/$TAG"
+}
+
+# Inode of a namespace file: how processes are recognised as living in it.
+ns_inode() { stat -L -c %i "$1" 2>/dev/null; }
+
+# --- mount namespaces ---------------------------------------------------------
+mnt_up() {
+	local h
+	install -d -m 0700 "$NS_DIR"
+	if ! mountpoint -q "$NS_DIR"; then
+		mount --bind "$NS_DIR" "$NS_DIR"
+		mount --make-private "$NS_DIR"
+	fi
+	for h in $HOSTS; do
+		mnt_ns_alive "$h" && continue
+		: >"$NS_DIR/$h"
+		unshare --mount="$NS_DIR/$h" --propagation private /bin/true ||
+			die "unshare --mount=$NS_DIR/$h failed"
+		host_mounts "$h"
+	done
+}
+
+# Mount points, deepest first, that a new namespace copied from the machine
+# room but must not keep: other clusters' and tests' loop filesystems (a copy
+# would keep their loop devices busy after their own `down`), namespace files
+# (a copy keeps that namespace alive), temporary mounts, and this cluster's
+# own disks and namespace directory.
+foreign_mounts() {
+	local h=$1 keep1=$STATE/mnt/pfs keep2=$STATE/mnt/xfs
+	in_mounts "$h" /bin/cat /proc/self/mountinfo | awk -v k1="$keep1" -v k2="$keep2" \
+		-v own="$STATE/disks/$h/" -v state="$STATE/" -v nsdir="$NS_DIR" '
+	{
+		target = $5
+		for (i = 7; $i != "-"; i++) ;
+		fstype = $(i + 1); source = $(i + 2)
+		gsub(/\\040/, " ", target)
+		if (target == k1 || target == k2 || index(target, own) == 1) next
+		if (fstype == "nsfs" || source ~ /^\/dev\/loop/ || target == nsdir ||
+		    (index(target, "/tmp/") == 1 || index(target, "/var/tmp/") == 1) && index(target, state) != 1)
+			print length(target) "\t" target
+	}' | sort -rn | cut -f2-
+}
+
+host_mounts() {
+	local h=$1 target d
+	while IFS= read -r target; do
+		in_mounts "$h" umount -l "$target" 2>/dev/null || log "warning: $h: cannot detach $target"
+	done < <(foreign_mounts "$h")
+	in_mounts "$h" mount --bind "$STATE/hosts/$h" "$STATE/local"
+	if is_node "$h"; then
+		in_mounts "$h" mount --bind "$STATE/disks/$h/scratch" "$STATE/mnt/scratch"
+		in_mounts "$h" mount --bind "$STATE/disks/$h/xscratch" "$STATE/mnt/xscratch"
+		in_mounts "$h" umount -l "$STATE/disks/$h/scratch" "$STATE/disks/$h/xscratch"
+	fi
+	# The machine room's view of every disk and every host's private tree
+	# stays in the machine room.
+	for d in disks hosts img; do
+		in_mounts "$h" mount -t tmpfs -o ro,size=16k,mode=0755 machine-room "$STATE/$d"
+	done
+}
+
+# A namespace lives while a process is in it or its file is mounted: the
+# processes go first (stop_host_processes), then the file.
+mnt_down() {
+	local h
+	for h in $HOSTS; do
+		if mnt_ns_alive "$h"; then
+			umount "$NS_DIR/$h" 2>/dev/null || umount -l "$NS_DIR/$h" || log "warning: cannot unmount $NS_DIR/$h"
+		fi
+		rm -f "$NS_DIR/$h"
+	done
+	if mountpoint -q "$NS_DIR" 2>/dev/null; then
+		umount "$NS_DIR" 2>/dev/null || umount -l "$NS_DIR" || log "warning: cannot unmount $NS_DIR"
+	fi
+}
+
+# PIDs of every process inside this cluster's network or mount namespaces:
+# ours by construction (daemons, jobs, hooks, sessions started in them).
+host_pids() {
+	local h ino pid link want=" "
+	for h in $HOSTS sw; do
+		ino=$(ns_inode "/run/netns/$(netns_of "$h")") && want="$want net:[$ino] "
+	done
+	for h in $HOSTS; do
+		mnt_ns_alive "$h" || continue
+		ino=$(ns_inode "$NS_DIR/$h") && want="$want mnt:[$ino] "
+	done
+	[ "$want" = " " ] && return 0
+	for pid in /proc/[0-9]*; do
+		pid=${pid#/proc/}
+		for link in net mnt; do
+			link=$(readlink "/proc/$pid/ns/$link" 2>/dev/null) || continue
+			case $want in *" $link "*) printf '%s\n' "$pid"; break ;; esac
+		done
+	done
+}
+
+stop_host_processes() {
+	local pids pid i alive
+	pids=$(host_pids | tr '\n' ' ')
+	[ -n "${pids// /}" ] || return 0
+	log "terminating processes left in the cluster's namespaces: $pids"
+	kill -TERM $pids 2>/dev/null || true
+	for i in $(seq 1 30); do
+		alive=""
+		for pid in $pids; do running "$pid" && alive="$alive $pid"; done
+		[ -n "$alive" ] || return 0
+		sleep 0.1
+	done
+	log "KILL after 3 s:$alive"
+	kill -KILL $alive 2>/dev/null || true
+	pids=$alive
+	for i in $(seq 1 30); do
+		alive=""
+		for pid in $pids; do running "$pid" && alive="$alive $pid"; done
+		[ -n "$alive" ] || return 0
+		sleep 0.1
+	done
+	log "warning: still alive after KILL:$alive"
+}
