@@ -23,7 +23,19 @@ class Caller:
     via_sudo: bool = False
 
 
+# Set once in a slurm-snap service child that runs one user's request: the
+# caller is who MUNGE vouched for, not the (root) process running it.
+_acting_for: Caller | None = None
+
+
+def act_for(caller: Caller) -> None:
+    global _acting_for
+    _acting_for = caller
+
+
 def current_caller(environ=None) -> Caller:
+    if _acting_for is not None:
+        return _acting_for
     env = os.environ if environ is None else environ
     uid = os.getuid()
     via_sudo = False

@@ -35,6 +35,18 @@ class InventoryConfig:
 
 
 @dataclass(frozen=True)
+class ServiceConfig:
+    # On the controller: where `slurm-snap serve` listens ("ADDR:PORT").
+    # Nodes and login hosts do not set it: their [inventory] url names it
+    # (slurm-snap://ADDR:PORT) and they hold no database credentials.
+    listen: str = ""
+    # munged's socket; "" is munge's own default (/run/munge/munge.socket.2).
+    munge_socket: str = ""
+    # How long a forwarded command may run (a snapshot, a restore drill).
+    timeout: float = 3600.0
+
+
+@dataclass(frozen=True)
 class PathsConfig:
     allowed_roots: tuple[str, ...] = ()
     # On a filesystem every node of a job sees: ranks write acknowledgements
@@ -147,7 +159,14 @@ class Config:
     access: AccessConfig = AccessConfig()
     ssh: SshConfig = SshConfig()
     restore: RestoreConfig = RestoreConfig()
+    service: ServiceConfig = ServiceConfig()
     volume_classes: tuple[VolumeClass, ...] = ()
+
+    @property
+    def via_service(self) -> bool:
+        """True on a host that reaches the inventory through the controller's
+        slurm-snap service (a node or login host without database credentials)."""
+        return self.inventory.url.startswith("slurm-snap://")
 
     def volume_class(self, name: str) -> VolumeClass | None:
         for vc in self.volume_classes:
@@ -169,6 +188,7 @@ _SECTIONS = {
     "access": AccessConfig,
     "ssh": SshConfig,
     "restore": RestoreConfig,
+    "service": ServiceConfig,
 }
 
 
@@ -289,6 +309,14 @@ def _check_semantics(cfg: Config) -> None:
     for i, root in enumerate(cfg.paths.allowed_roots):
         if not os.path.isabs(root) or ".." in root.split("/"):
             raise ConfigError(path=p, key=f"paths.allowed_roots[{i}]", why=f"{root!r} is not a clean absolute path")
+    from .service.address import SCHEME, parse_address
+
+    if cfg.inventory.url.startswith(SCHEME):
+        parse_address(cfg.inventory.url[len(SCHEME):], what="inventory.url", config=p)
+    if cfg.service.listen:
+        parse_address(cfg.service.listen, what="service.listen", config=p)
+    if cfg.service.timeout <= 0:
+        raise ConfigError(path=p, key="service.timeout", why="must be positive")
     if not 0 < cfg.ssh.port < 65536:
         raise ConfigError(path=p, key="ssh.port", why=f"{cfg.ssh.port} is not a TCP port")
     for node, host in cfg.ssh.addresses.items():

@@ -156,6 +156,15 @@ class InventoryError(SnapError):
     template = "inventory {url}: {why}"
 
 
+class ServiceUnavailable(SnapError):
+    """This host reaches the inventory only through the slurm-snap service on
+    the controller, and that did not work; the message says what to install
+    or start, in one sentence."""
+
+    exit_code = INVENTORY
+    template = "{why}"
+
+
 class RestoreFailed(Conflict):
     """A restore drill ran and the set did not restore: the set is FAILED_RESTORE."""
 

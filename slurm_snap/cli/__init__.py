@@ -26,6 +26,7 @@ COMMANDS = {
     "repair": "repair_cmd",
     "report": "report_cmd",
     "restore-test": "restore_test_cmd",
+    "serve": "serve_cmd",
     "show": "show_cmd",
     "snapshot": "snapshot_cmd",
 }
@@ -56,8 +57,41 @@ def cli(ctx, config_path, verbose):
     ctx.obj = Ctx(config_path=config_path, verbose=verbose)
 
 
+def _forwarded(argv: list[str]) -> int | None:
+    """On a host whose config names the slurm-snap service (a login host or
+    a node), a user's command runs on the controller, as this user; None
+    when the command runs here."""
+    from ..service.server import USER_COMMANDS
+
+    i, config_path = 0, None
+    while i < len(argv):
+        a = argv[i]
+        if a == "--config" and i + 1 < len(argv):
+            config_path, i = argv[i + 1], i + 2
+        elif a.startswith("--config="):
+            config_path, i = a.split("=", 1)[1], i + 1
+        elif a == "--verbose" or (a.startswith("-v") and set(a[1:]) == {"v"}):
+            i += 1
+        else:
+            break
+    rest = argv[i:]
+    if not rest or rest[0] not in USER_COMMANDS or "-h" in rest or "--help" in rest:
+        return None
+    from .. import config as config_mod
+
+    cfg = config_mod.load(config_path)
+    if not cfg.via_service:
+        return None
+    from ..service.client import forward
+
+    return forward(cfg, rest)
+
+
 def main(argv=None) -> int:
     try:
+        forwarded = _forwarded(list(sys.argv[1:] if argv is None else argv))
+        if forwarded is not None:
+            return forwarded
         # With standalone_mode=False click returns an Exit's code instead of raising.
         rv = cli.main(args=argv, prog_name="slurm-snap", standalone_mode=False)
         return rv if isinstance(rv, int) else 0

@@ -156,7 +156,9 @@ def epilog(cfg: Config, inv, job: JobEnv) -> str:
         return "not preempted"
     from ..protocol import preempt
 
-    result = preempt.epilog_cut(cfg, inv, job, preempt_time=t)
+    from .policy import remaining
+
+    result = preempt.epilog_cut(cfg, inv, job, preempt_time=t, remaining=remaining())
     return f"preempted at {t}: {result}"
 
 

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import traceback
 from typing import Callable
 
@@ -29,6 +30,17 @@ class _Budget(BaseException):
     """BaseException so no `except Exception` inside a hook swallows it."""
 
 
+# When the running hook must be done (time.monotonic()); None outside one.
+_deadline: float | None = None
+
+
+def remaining() -> float | None:
+    """Seconds left of the running hook's budget: work that can end early
+    with a recorded result (the Epilog's cut) plans with this, so the alarm
+    never cuts it off with nothing recorded."""
+    return None if _deadline is None else max(0.0, _deadline - time.monotonic())
+
+
 def run_hook(name: str, body: Callable[[], str | None], *, cfg=None, job_id: int | None = None,
              node: str = "", record_failure: Callable[[str, str], None] | None = None) -> int:
     policy = cfg.hooks.failure_policy if cfg is not None else "open"
@@ -37,7 +49,9 @@ def run_hook(name: str, body: Callable[[], str | None], *, cfg=None, job_id: int
     def on_alarm(_sig, _frame):
         raise _Budget()
 
+    global _deadline
     old = signal.signal(signal.SIGALRM, on_alarm)
+    _deadline = time.monotonic() + budget
     signal.setitimer(signal.ITIMER_REAL, budget)
     try:
         summary = body()
@@ -54,6 +68,7 @@ def run_hook(name: str, body: Callable[[], str | None], *, cfg=None, job_id: int
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        _deadline = None
 
     print(f"slurm-snap: {name} job {job_id}: {detail} (policy {policy})", file=sys.stderr)
     _log_line(cfg, name, job_id, node, "failed", detail)

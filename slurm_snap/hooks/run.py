@@ -50,9 +50,10 @@ def run_named(config_path: str | None, name: str) -> int:
 
     def record_failure(hook, detail):
         if state["inv"] is not None and state["job"] is not None:
-            with state["inv"].session() as repo:
-                repo.event("hook-failed", f"{hook}: {detail}", job_id=state["job"].job_id,
-                           node=state["job"].node, level="error")
+            from ..protocol.preempt import recorder_for
+
+            recorder_for(cfg, state["inv"]).hook_failed(hook=hook, detail=detail, job_id=state["job"].job_id,
+                                                        node=state["job"].node)
 
     raw_id = os.environ.get("SLURM_JOB_ID", "")
     job_id = int(raw_id) if raw_id.isascii() and raw_id.isdigit() else None

@@ -3,6 +3,7 @@ hot path can describe volumes without importing the ORM."""
 from __future__ import annotations
 
 import datetime as dt
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -103,3 +104,34 @@ class SetFilter:
     start: dt.datetime | None = None
     end: dt.datetime | None = None
     limit: int | None = None
+
+
+# ---- records on the wire (the slurm-snap service) ------------------------------
+def to_json(rec) -> dict:
+    """A record as JSON: times as ISO 8601 with their offset."""
+    out = {}
+    for f in dataclasses.fields(rec):
+        v = getattr(rec, f.name)
+        out[f.name] = v.isoformat() if isinstance(v, dt.datetime) else (list(v) if isinstance(v, tuple) else v)
+    return out
+
+
+_TIMES = {"written_at", "seen_at", "cut_started_at", "cut_at"}
+
+
+def from_json(cls, data: dict):
+    """The inverse of to_json, refusing unknown fields by name."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        from ..errors import BadValueError
+
+        raise BadValueError(what=f"{cls.__name__} field", value=unknown[0], why="unknown")
+    kw = {}
+    for k, v in data.items():
+        if k in _TIMES and v is not None:
+            v = dt.datetime.fromisoformat(v)
+        elif k == "manifest":
+            v = tuple(v)
+        kw[k] = v
+    return cls(**kw)

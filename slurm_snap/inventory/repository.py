@@ -592,6 +592,13 @@ class Inventory:
 
     @classmethod
     def from_config(cls, cfg) -> "Inventory":
+        if cfg.via_service:
+            from ..errors import ServiceUnavailable
+
+            raise ServiceUnavailable(
+                why=f"this host reaches the inventory only through the slurm-snap service ({cfg.inventory.url}), "
+                    "which runs report, show, snapshot and restore-test for users and the hooks' recording; "
+                    "run anything else on the controller")
         return cls(cfg.inventory.url, busy_timeout=cfg.inventory.busy_timeout)
 
     def upgrade(self) -> str:

@@ -23,9 +23,11 @@ their deadline is what tells repair they are abandoned.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
+import time
 
 from ..clock import utcnow
 from ..errors import NotFound
@@ -34,6 +36,7 @@ from . import ackledger, finalize
 from .. import states as S
 from .barrier import AckCollector
 from .cutter import VolumeInfo, assign_manifests, cut_all
+from ..inventory.records import AckRecord, SnapshotRecord, from_json, to_json
 
 log = logging.getLogger(__name__)
 
@@ -113,17 +116,152 @@ def epilogslurmctld_mark(cfg, inventory, job, preempt_time, *, clock=utcnow) -> 
         return st.id
 
 
-def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_for=None, hook=None) -> str:
-    """One node's share of the preemption set. Returns a one-line summary."""
+# How much of an Epilog's budget recording the parts and the verdict needs
+# (one or two transactions, or a round trip to the service): the cut gets
+# the rest, so a slow backend ends as a MISSING part this Epilog records and
+# finalizes, not as an Epilog killed by Slurm with nothing recorded.
+RECORD_RESERVE = 3.0
+
+
+def cut_budget(remaining: float) -> float:
+    """Seconds the cut may take: what is left of the hook's budget less the
+    reserve for recording (a quarter of what is left when that is short)."""
+    return max(0.5, remaining - min(RECORD_RESERVE, remaining / 4))
+
+
+class LocalRecorder:
+    """The inventory side of a node's Epilog, in this process (the controller,
+    or any host whose config names the database). The service runs the same
+    methods for nodes that reach the inventory through it (OPS below)."""
+
+    def __init__(self, cfg, inventory, clock=utcnow):
+        self.cfg, self.inv, self.clock = cfg, inventory, clock
+
+    def open(self, *, job_id: int, restart_count: int, node: str, nodes: list, preempt_time) -> dict:
+        job = _JobRef(job_id, restart_count, node, list(nodes))
+        with self.inv.session() as repo:
+            run, st, _ = _open_set(repo, self.cfg, job, preempt_time=_as_time(preempt_time), now=self.clock())
+            return {"set_id": st.id, "epoch": st.epoch, "state": st.state,
+                    "nodes": list(run.nodes or nodes or [node]),
+                    "volumes": [dataclasses.asdict(VolumeInfo.of(v)) for v in repo.volumes(run)], "uid": run.uid}
+
+    def cutting(self, *, set_id: int, acks: list) -> str:
+        """Record the acknowledgements and move the set to CUTTING; returns
+        the set's state ("" when this node may cut)."""
+        with self.inv.session() as repo:
+            st = repo.get_set(set_id, lock=True)
+            repo.record_acks(set_id, [a if isinstance(a, AckRecord) else from_json(AckRecord, a) for a in acks])
+            if st.state in (S.PENDING, S.QUIESCING):
+                repo.transition(set_id, S.CUTTING, at=self.clock())
+            elif st.state != S.CUTTING:
+                return st.state
+        return ""
+
+    def record(self, *, set_id: int, job_id: int, node: str, parts: list, preempt_known: bool) -> str:
+        """Record this node's parts; the Epilog that records the last expected
+        part finalizes, under the set's row lock."""
+        parts = [p if isinstance(p, SnapshotRecord) else from_json(SnapshotRecord, p) for p in parts]
+        with self.inv.session() as repo:
+            st = repo.get_set(set_id, lock=True)  # the finalizer's row lock
+            repo.record_parts(set_id, parts)
+            if st.state != S.CUTTING:
+                return f"set {set_id} became {st.state} while {node} cut; parts recorded"
+            have = repo.count_parts(set_id)
+            if have < st.expected_parts:
+                ok = sum(p.ok for p in parts)
+                return f"set {set_id}: {node} cut {ok}/{len(parts)} volumes; {have}/{st.expected_parts} parts in"
+            extra = [] if preempt_known or st.signalled_at else \
+                ["preemption time unknown: acknowledgements checked against the run's start"]
+            v = finalize.verdict_for(repo, st, allow_crash=self.cfg.protocol.allow_crash_consistent,
+                                     extra_reasons=extra)
+            finalize.apply(repo, st, v, at=self.clock())
+            repo.event("preempt", f"set {set_id} finalized by {node}: {v.state} {v.consistency}"
+                       + (f" ({v.reason})" if v.reason else ""), job_id=job_id, set_id=set_id, node=node)
+            return f"set {set_id} {v.state} {v.consistency}"
+
+    def resume_point(self, *, job_id: int) -> dict | None:
+        return resume_point(self.inv, job_id)
+
+    def hook_failed(self, *, hook: str, detail: str, job_id: int, node: str) -> None:
+        with self.inv.session() as repo:
+            repo.event("hook-failed", f"{hook}: {detail}", job_id=job_id, node=node, level="error")
+
+
+class RemoteRecorder:
+    """The same operations through the controller's slurm-snap service (a
+    node without the database or its credentials)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def _call(self, op: str, **args):
+        from ..service.client import call
+
+        return call(self.cfg, op, **args)
+
+    def open(self, **kw) -> dict:
+        return self._call("preempt-open", **kw)
+
+    def cutting(self, *, set_id: int, acks: list) -> str:
+        return self._call("preempt-cutting", set_id=set_id, acks=[to_json(a) for a in acks])
+
+    def record(self, *, parts: list, **kw) -> str:
+        return self._call("preempt-record", parts=[to_json(p) for p in parts], **kw)
+
+    def resume_point(self, *, job_id: int) -> dict | None:
+        return self._call("resume-point", job_id=job_id)
+
+    def hook_failed(self, **kw) -> None:
+        self._call("hook-failed", **kw)
+
+
+def recorder_for(cfg, inventory):
+    """The recorder of this host: the service when the config names it."""
+    if isinstance(inventory, (LocalRecorder, RemoteRecorder)):
+        return inventory
+    return RemoteRecorder(cfg) if cfg.via_service else LocalRecorder(cfg, inventory)
+
+
+def _op(method: str):
+    def run(cfg, **args):
+        from ..inventory.repository import Inventory
+
+        return getattr(LocalRecorder(cfg, Inventory.from_config(cfg)), method)(**args)
+    return run
+
+
+# What the service runs for nodes (root only): the LocalRecorder's methods.
+OPS = {"preempt-open": _op("open"), "preempt-cutting": _op("cutting"), "preempt-record": _op("record"),
+       "resume-point": _op("resume_point"), "hook-failed": _op("hook_failed")}
+
+
+@dataclasses.dataclass(frozen=True)
+class _JobRef:
+    job_id: int
+    restart_count: int
+    node: str
+    nodes: list
+
+
+def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_for=None, hook=None,
+               remaining: float | None = None) -> str:
+    """One node's share of the preemption set. Returns a one-line summary.
+
+    `remaining` is what is left of the hook's budget (hooks.policy.remaining();
+    the whole hook_budget when None): the cut gets that less what recording
+    needs, so a slow backend becomes a MISSING part recorded here."""
+    deadline = time.monotonic() + (cfg.timeouts.hook_budget if remaining is None else remaining)
     hook = hook or (lambda phase: None)
+    rec = recorder_for(cfg, inventory)
+    if isinstance(rec, LocalRecorder):
+        rec.clock = clock
     node = job.node
     t_pre = _as_time(preempt_time)
-    with inventory.session() as repo:
-        run, st, _ = _open_set(repo, cfg, job, preempt_time=t_pre, now=clock())
-        set_id, epoch, state = st.id, st.epoch, st.state
-        nodes = list(run.nodes or job.nodes or [node])
-        volumes = [VolumeInfo.of(v) for v in repo.volumes(run)]
-        uid = run.uid
+    opened = rec.open(job_id=job.job_id, restart_count=job.restart_count, node=node,
+                      nodes=list(job.nodes or []), preempt_time=t_pre.timestamp() if t_pre else None)
+    set_id, epoch, state, uid = opened["set_id"], opened["epoch"], opened["state"], opened["uid"]
+    nodes = opened["nodes"]
+    volumes = [VolumeInfo(**v) for v in opened["volumes"]]
     if state not in (S.PENDING, S.QUIESCING, S.CUTTING):
         return f"set {set_id} ({epoch}) is already {state}; nothing to cut on {node}"
     head = nodes[0]
@@ -136,13 +274,9 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
                           node_filter=None if node == head else node, clock=clock) as collector:
             collector.rescan()
         acks = collector.state.records()
-        with inventory.session() as repo:
-            st = repo.get_set(set_id, lock=True)
-            ackledger.record_all(repo, set_id, collector)
-            if st.state in (S.PENDING, S.QUIESCING):
-                repo.transition(set_id, S.CUTTING, at=clock())
-            elif st.state != S.CUTTING:
-                return f"set {set_id} became {st.state}; nothing to cut on {node}"
+        became = rec.cutting(set_id=set_id, acks=acks)
+        if became:
+            return f"set {set_id} became {became}; nothing to cut on {node}"
         hook("cutting")
         entries, _outside = assign_manifests(volumes, [(a.node, a.manifest) for a in acks])
         if backend_for is None:
@@ -150,27 +284,14 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
 
             # Node-local volumes are on this very host: no SSH to ourselves.
             backend_for = lambda v: backend_for_volume(cfg, v, local=v.scope == "node-local")  # noqa: E731
+        budget = cut_budget(deadline - time.monotonic())
         results = cut_all(mine, job_id=job.job_id, set_id=set_id, backend_for=backend_for, entries=entries,
-                          clock=clock, budget=cfg.timeouts.hook_budget)
+                          clock=clock, budget=budget)
         hook("cut")
-        with inventory.session() as repo:
-            st = repo.get_set(set_id, lock=True)  # the finalizer's row lock
-            repo.record_parts(set_id, [r.record() for r in results])
-            hook("record")
-            if st.state != S.CUTTING:
-                return f"set {set_id} became {st.state} while {node} cut; parts recorded"
-            have = repo.count_parts(set_id)
-            if have < st.expected_parts:
-                ok = sum(r.ok for r in results)
-                return f"set {set_id}: {node} cut {ok}/{len(results)} volumes; {have}/{st.expected_parts} parts in"
-            extra = [] if t_pre or st.signalled_at else \
-                ["preemption time unknown: acknowledgements checked against the run's start"]
-            v = finalize.verdict_for(repo, st, allow_crash=cfg.protocol.allow_crash_consistent,
-                                     extra_reasons=extra)
-            finalize.apply(repo, st, v, at=clock())
-            repo.event("preempt", f"set {set_id} finalized by {node}: {v.state} {v.consistency}"
-                       + (f" ({v.reason})" if v.reason else ""), job_id=job.job_id, set_id=set_id, node=node)
-            return f"set {set_id} {v.state} {v.consistency}"
+        out = rec.record(set_id=set_id, job_id=job.job_id, node=node, parts=[r.record() for r in results],
+                         preempt_known=t_pre is not None)
+        hook("record")
+        return out
     finally:
         if dirs is not None:
             try:
@@ -179,10 +300,11 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
                 log.error("job %s: cannot write release/%s: %s", job.job_id, epoch, exc)
 
 
-def prepare_resume(cfg, inventory, job) -> dict | None:
-    """Write resume.json for a requeued run from the newest app-consistent set."""
+def resume_point(inventory, job_id: int) -> dict | None:
+    """The newest app-consistent set's step and where its checkpoint is
+    inside the snapshot, with the uid resume.json belongs to."""
     with inventory.session() as repo:
-        st = repo.newest_set(job.job_id, consistency=S.APP)
+        st = repo.newest_set(job_id, consistency=S.APP)
         if st is None:
             return None
         acks = [a for a in repo.acks(st.id) if a.manifest]
@@ -204,7 +326,13 @@ def prepare_resume(cfg, inventory, job) -> dict | None:
                 break
         data = {"set_id": st.id, "step": st.checkpoint_step if st.checkpoint_step is not None else first.step,
                 "checkpoint": {"live": live, "snapshot": snapshot}}
-        uid = st.job_run.uid
-    dirs = JobDir(cfg.paths.barrier_dir, job.job_id).ensure(uid)
-    dirs.write_resume(data)
-    return data
+        return {"data": data, "uid": st.job_run.uid}
+
+
+def prepare_resume(cfg, inventory, job) -> dict | None:
+    """Write resume.json for a requeued run from the newest app-consistent set."""
+    found = recorder_for(cfg, inventory).resume_point(job_id=job.job_id)
+    if found is None:
+        return None
+    JobDir(cfg.paths.barrier_dir, job.job_id).ensure(found["uid"]).write_resume(found["data"])
+    return found["data"]
