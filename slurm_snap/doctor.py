@@ -106,6 +106,13 @@ def check_local(cfg: Config) -> list[Finding]:
     from .errors import SnapError
 
     try:
+        if cfg.via_service:
+            from .service.client import ping
+
+            uid = ping(cfg)
+            out.append(Finding(True, f"inventory reachable through the slurm-snap service "
+                                     f"({cfg.inventory.url}, MUNGE uid {uid})"))
+            raise _Done
         from .inventory.repository import Inventory
 
         inv = Inventory.from_config(cfg)
@@ -113,21 +120,120 @@ def check_local(cfg: Config) -> list[Finding]:
             repo.events(kind="__doctor__")
         inv.dispose()
         out.append(Finding(True, f"inventory reachable ({cfg.inventory.url.split('@')[-1]})"))
+    except _Done:
+        pass
     except SnapError as exc:
-        out.append(Finding(False, f"inventory: {exc}", "fix [inventory] url, run `slurm-snap db upgrade`"))
+        fix = ("start `slurm-snap serve` on the controller and munged here (etc/README.md, \"The service\")"
+               if cfg.via_service else "fix [inventory] url, run `slurm-snap db upgrade`")
+        out.append(Finding(False, f"inventory: {exc}", fix))
     except Exception as exc:  # schema missing shows up as a driver error
         out.append(Finding(False, f"inventory: {exc.__class__.__name__}: {str(exc).splitlines()[0]}",
                            "run `slurm-snap db upgrade`"))
     from .backends.factory import backend_for_class
 
+    host = os.uname().nodename
     for vc in cfg.volume_classes:
         try:
-            backend_for_class(cfg, vc, None, local=True)
+            backend = backend_for_class(cfg, vc, None, local=True)
             out.append(Finding(True, f"volume class {vc.name}: backend {vc.backend} tools present"))
         except SnapError as exc:
             out.append(Finding(False, f"volume class {vc.name}: {exc}",
                                f"install the tool on this host, or fix volume_class {vc.name!r}"))
+            continue
+        prefix = vc.prefix_for(host if vc.scope == "node-local" else None)
+        if os.path.isdir(prefix):
+            out.extend(check_fs_type(vc, backend, prefix, where="this host"))
     bd = cfg.paths.barrier_dir
     out.append(Finding(os.path.isdir(bd), f"barrier directory {bd} exists",
                        f"create {bd} on a filesystem every node mounts"))
     return out
+
+
+class _Done(Exception):
+    """The service answered: nothing more to check about the inventory here."""
+
+
+def check_fs_type(vc, backend, prefix: str, *, where: str) -> list[Finding]:
+    """Is the class's directory on the filesystem its backend snapshots? A
+    scratch path that is plain ext4 on one node cuts nothing there."""
+    want = getattr(backend, "FS_TYPES", ())
+    if not want:
+        return []
+    try:
+        got = backend.transport.run(["/usr/bin/stat", "-f", "-c", "%T", prefix], backend.timeout).text.strip()
+    except Exception as exc:
+        return [Finding(False, f"volume class {vc.name} on {where}: cannot stat {prefix}: {exc}",
+                        f"make {prefix} exist on {where}")]
+    return [Finding(got in want, f"volume class {vc.name} on {where}: {prefix} is {got or '?'} "
+                                 f"(backend {vc.backend} needs {' or '.join(want)})",
+                    f"mount the {want[0]} filesystem at {prefix} on {where}, or fix volume_class {vc.name!r}")]
+
+
+def check_topology(cfg: Config, nodes: list[str], *, local_host: str | None = None,
+                   run_on_node=None) -> list[Finding]:
+    """The controller's view of the cluster: where the inventory is, whether
+    every node can be reached over SSH with a known host key, whether each
+    node's node-local classes are the backend they claim, and (with
+    `run_on_node`, which runs doctor's own checks on a node) whether each
+    node reaches the inventory."""
+    out: list[Finding] = []
+    local_host = local_host or os.uname().nodename
+    others = [n for n in nodes if n != local_host]
+    if cfg.inventory.url.startswith("sqlite") and others and not cfg.service.listen:
+        out.append(Finding(False, f"SQLite inventory on {local_host} with {len(others)} other hosts and no "
+                                  "slurm-snap service: node Epilogs cannot record",
+                           "set [service] listen here and run `slurm-snap serve` (nodes and login hosts: "
+                           "[inventory] url = \"slurm-snap://ADDR:PORT\"), or use PostgreSQL/MariaDB"))
+    if cfg.service.listen:
+        import socket
+
+        from .service.address import parse_address
+
+        host, port = parse_address(cfg.service.listen)
+        try:
+            socket.create_connection((host, port), timeout=5).close()
+            out.append(Finding(True, f"slurm-snap service listening on {cfg.service.listen}"))
+        except OSError as exc:
+            out.append(Finding(False, f"slurm-snap service not answering on {cfg.service.listen} "
+                                      f"({exc.strerror or exc})", "start `slurm-snap serve` (etc/README.md)"))
+    ssh_classes = [vc for vc in cfg.volume_classes if vc.scope == "node-local" and vc.transport != "local"]
+    if not nodes or not (ssh_classes or run_on_node):
+        return out
+    from .backends.factory import backend_for_class, ssh_host
+    from .errors import SnapError
+
+    known = _known_hosts(cfg.ssh.known_hosts)
+    for node in nodes:
+        addr = ssh_host(cfg, node)
+        keyed = addr in known or f"[{addr}]:{cfg.ssh.port}" in known
+        out.append(Finding(keyed, f"{node}: SSH host key of {addr} in {cfg.ssh.known_hosts}"
+                           + ("" if keyed else " missing"),
+                           f"add {node}'s host key (ssh-keyscan -p {cfg.ssh.port} {addr}, check its fingerprint) "
+                           f"to {cfg.ssh.known_hosts}"))
+        if not keyed:
+            continue
+        for vc in ssh_classes:
+            try:
+                backend = backend_for_class(cfg, vc, node)
+                out.append(Finding(True, f"{node}: volume class {vc.name} over SSH: backend {vc.backend} tools present"))
+            except SnapError as exc:
+                out.append(Finding(False, f"{node}: volume class {vc.name} over SSH: {exc}",
+                                   f"install the tool on {node}, or fix [ssh] / volume_class {vc.name!r}"))
+                continue
+            out.extend(check_fs_type(vc, backend, vc.prefix_for(node), where=node))
+        if run_on_node is not None:
+            out.extend(run_on_node(node))
+    return out
+
+
+def _known_hosts(path: str) -> set[str]:
+    hosts: set[str] = set()
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 3 and not line.startswith("#"):
+                    hosts.update(parts[0].split(","))
+    except OSError:
+        pass
+    return hosts

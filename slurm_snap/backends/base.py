@@ -90,6 +90,9 @@ class Backend(abc.ABC):
     """
 
     name: ClassVar[str] = "abstract"
+    # What `stat -f -c %T` prints for a directory this backend can snapshot
+    # (doctor checks each node's path); () when there is nothing to check.
+    FS_TYPES: ClassVar[tuple[str, ...]] = ()
     # Filesystem tools: looked up in the tool_dir option if set, else the fixed PATH.
     TOOLS: ClassVar[tuple[str, ...]] = ()
     # Plain coreutils the backend needs on the target host: always the fixed PATH.

@@ -40,6 +40,7 @@ def parse_time(value: str | None) -> dt.datetime | None:
 
 class BtrfsBackend(Backend):
     name = "btrfs"
+    FS_TYPES = ("btrfs",)
     TOOLS = ("btrfs",)
     UTILS = ("test", "stat", "mkdir", "find")
     OPTIONS = {"snapdir": (str, None)}

@@ -31,6 +31,7 @@ _SEALABLE = ["(", "-type", "f", "-o", "-type", "d", ")"]
 
 class ReflinkBackend(Backend):
     name = "xfs-reflink"
+    FS_TYPES = ("xfs",)
     TOOLS = ("cp",)
     UTILS = ("test", "stat", "mkdir", "find", "mv", "rm", "chmod", "chattr", "tee", "cat")
     OPTIONS = {"snapdir": (str, None), "seal": (str, "immutable")}

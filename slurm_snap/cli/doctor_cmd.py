@@ -8,9 +8,10 @@ from ..slurm import commands
 
 
 @click.command("doctor")
-@click.option("--no-slurm", is_flag=True, help="Skip the checks that ask the running Slurm.")
+@click.option("--no-slurm", is_flag=True, help="Skip the checks that ask the running Slurm (and the nodes).")
+@click.option("--no-nodes", is_flag=True, help="Do not run doctor's own checks on each node over SSH.")
 @click.pass_obj
-def command(ctx, no_slurm):
+def command(ctx, no_slurm, no_nodes):
     """Check Slurm's and slurm-snap's configuration together."""
     cfg = ctx.config
     findings = []
@@ -33,6 +34,9 @@ def command(ctx, no_slurm):
                 script = None
             findings += doctor.check_entry_point(cfg, entry[0], script)
     findings += doctor.check_local(cfg)
+    if not no_slurm and not cfg.via_service:
+        findings += doctor.check_topology(cfg, commands.node_names(timeout=cfg.timeouts.slurm_command),
+                                          run_on_node=None if no_nodes else _run_on_node(cfg))
     bad = 0
     for f in findings:
         if f.ok:
@@ -43,3 +47,36 @@ def command(ctx, no_slurm):
     click.echo(f"{len(findings) - bad} ok, {bad} problem(s)")
     if bad:
         raise click.exceptions.Exit(errors.CONFIG)
+
+
+def _run_on_node(cfg):
+    """Doctor's local checks on a node, over SSH (host key verified): the same
+    slurm-snap and config path as here, as every host has them (etc/README.md)."""
+    import os
+    import sys
+
+    from ..backends.ssh import SshTransport
+    from ..backends.factory import ssh_host
+
+    helper = os.path.join(os.path.dirname(sys.executable), "slurm-snap")
+
+    def run(node):
+        try:
+            t = SshTransport(ssh_host(cfg, node), known_hosts=cfg.ssh.known_hosts, key_file=cfg.ssh.key,
+                             user=cfg.ssh.user, port=cfg.ssh.port, connect_timeout=cfg.ssh.connect_timeout)
+            r = t.run([helper, "--config", cfg.path, "doctor", "--no-slurm"], 120)
+        except errors.SnapError as exc:
+            return [doctor.Finding(False, f"{node}: doctor over SSH: {exc}", f"check {node}'s sshd and slurm-snap")]
+        found = []
+        for line in r.text.splitlines():
+            if line.startswith("ok    "):
+                found.append(doctor.Finding(True, f"{node}: {line[6:]}"))
+            elif line.startswith("FAIL  "):
+                found.append(doctor.Finding(False, f"{node}: {line[6:]}", ""))
+            elif line.strip().startswith("fix: ") and found and not found[-1].ok:
+                found[-1] = doctor.Finding(False, found[-1].what, line.strip()[5:])
+        if not found:
+            found.append(doctor.Finding(False, f"{node}: doctor printed nothing (status {r.status})",
+                                        f"install slurm-snap at {helper} on {node}"))
+        return found
+    return run

@@ -74,6 +74,15 @@ def forward(cfg, argv: list[str]) -> int:
     return _exchange(cfg, {"v": 1, "kind": "cli", "argv": list(argv), "tz": os.environ.get("TZ", "")}, show)
 
 
+def ping(cfg) -> int:
+    """The uid the service saw for this process (doctor's reachability check)."""
+    out: dict = {}
+    code = _exchange(cfg, {"v": 1, "kind": "ping"}, lambda obj: out.update(obj))
+    if code != 0 or not isinstance(out.get("result"), dict):
+        raise errors.ServiceUnavailable(why=f"the slurm-snap service answered the check with status {code}")
+    return int(out["result"]["uid"])
+
+
 def call(cfg, op: str, **args):
     """A hook operation on the controller; returns its JSON result, raises
     the service's error (its exit code kept) when it failed."""

@@ -99,6 +99,10 @@ class Service:
                 code = self._cli(uid, req, reply)
             elif req.get("kind") == "op":
                 code = self._op(uid, req, reply)
+            elif req.get("kind") == "ping":
+                # doctor on a node or login host: authenticated, answers who it saw.
+                reply.frame({"result": {"uid": uid}})
+                code = 0
             else:
                 raise errors.UsageError(f"unknown request kind {req.get('kind')!r}")
         except errors.SnapError as exc:

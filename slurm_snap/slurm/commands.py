@@ -102,3 +102,9 @@ def show_partitions(timeout: float = 10.0) -> list[dict[str, str]]:
         if rec:
             parts.append(rec)
     return parts
+
+
+def node_names(timeout: float = 10.0) -> list[str]:
+    """Every node Slurm knows, once each, in sinfo's order."""
+    out = run([tool("sinfo"), "-h", "-N", "-o", "%N"], timeout=timeout)
+    return list(dict.fromkeys(n.strip() for n in out.splitlines() if n.strip()))

@@ -1,0 +1,98 @@
+"""doctor's view of a multi-host cluster (issue 15): SQLite without the
+service, a service that does not answer, a node without a known host key,
+a path that is not the filesystem its backend snapshots."""
+from __future__ import annotations
+
+import os
+import socket
+
+from slurm_snap import config, doctor
+
+
+def cfg_of(tmp_path, *, url=None, listen="", known="", ssh_scratch=True):
+    kh = tmp_path / "known_hosts"
+    kh.write_text(known)
+    text = f'''
+[inventory]
+url = "{url or f"sqlite:///{tmp_path}/inv.db"}"
+[paths]
+barrier_dir = "{tmp_path}/b"
+restore_root = "{tmp_path}/r"
+log_dir = "{tmp_path}/l"
+[ssh]
+known_hosts = "{kh}"
+key = "{tmp_path}/id"
+[ssh.addresses]
+n1 = "10.9.9.1"
+n2 = "10.9.9.2"
+[[volume_class]]
+name = "scratch"
+prefix = "{tmp_path}/scratch"
+scope = "node-local"
+backend = "btrfs"
+transport = "{"ssh" if ssh_scratch else "local"}"
+'''
+    if listen:
+        text += f'[service]\nlisten = "{listen}"\n'
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    return config.load(p)
+
+
+def failed(findings):
+    return [f for f in findings if not f.ok]
+
+
+def test_sqlite_across_hosts_without_the_service_is_refused_with_the_fix(tmp_path):
+    cfg = cfg_of(tmp_path, ssh_scratch=False)
+    bad = failed(doctor.check_topology(cfg, ["n1", "n2"], local_host="ctl"))
+    assert len(bad) == 1 and "SQLite inventory on ctl with 2 other hosts" in bad[0].what
+    assert "slurm-snap serve" in bad[0].fix and "PostgreSQL/MariaDB" in bad[0].fix
+    # One host: nothing to say.
+    assert failed(doctor.check_topology(cfg, ["ctl"], local_host="ctl")) == []
+    # A server database: nodes may write it themselves.
+    cfg = cfg_of(tmp_path, url="postgresql+psycopg2://u@db/x", ssh_scratch=False)
+    assert failed(doctor.check_topology(cfg, ["n1", "n2"], local_host="ctl")) == []
+
+
+def test_service_that_does_not_answer_is_named(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = cfg_of(tmp_path, listen=f"127.0.0.1:{port}", ssh_scratch=False)
+    bad = failed(doctor.check_topology(cfg, ["n1"], local_host="ctl"))
+    assert [f.what.split(" (")[0] for f in bad] == [f"slurm-snap service not answering on 127.0.0.1:{port}"]
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        cfg = cfg_of(tmp_path, listen=f"127.0.0.1:{srv.getsockname()[1]}", ssh_scratch=False)
+        assert failed(doctor.check_topology(cfg, ["n1"], local_host="ctl")) == []
+
+
+def test_node_without_a_known_host_key_is_named_with_its_address(tmp_path):
+    cfg = cfg_of(tmp_path, url="postgresql+psycopg2://u@db/x",
+                 known="10.9.9.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample\n")
+    seen = []
+    findings = doctor.check_topology(cfg, ["n2"], local_host="ctl", run_on_node=lambda n: seen.append(n) or [])
+    bad = failed(findings)
+    assert len(bad) == 1 and "n2: SSH host key of 10.9.9.2" in bad[0].what and "missing" in bad[0].what
+    assert "ssh-keyscan" in bad[0].fix
+    assert seen == []   # no SSH to a host whose key is unknown
+
+
+def test_path_on_the_wrong_filesystem_is_named(tmp_path):
+    from slurm_snap.backends.transport import LocalTransport
+
+    class Fake:
+        FS_TYPES = ("btrfs",)
+        transport = LocalTransport()
+        timeout = 10.0
+
+    vc = cfg_of(tmp_path, ssh_scratch=False).volume_class("scratch")
+    os.makedirs(tmp_path / "scratch", exist_ok=True)
+    got = doctor.check_fs_type(vc, Fake(), str(tmp_path / "scratch"), where="n1")
+    fstype = os.popen(f"stat -f -c %T {tmp_path}").read().strip()
+    assert len(got) == 1 and got[0].ok is (fstype == "btrfs")
+    assert f"is {fstype}" in got[0].what and "needs btrfs" in got[0].what
+    if not got[0].ok:
+        assert "mount the btrfs filesystem" in got[0].fix
