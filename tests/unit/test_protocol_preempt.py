@@ -187,3 +187,62 @@ def test_late_epilog_after_the_requeued_runs_prolog_finishes_the_open_set(env):
     # a duplicate Epilog after completion finds the finished set, not a new run's
     assert "already COMPLETE" in preempt.epilog_cut(env.cfg, env.inv, job(env, "n2"),
                                                     preempt_time=t_pre.timestamp())
+
+
+def test_slow_backend_gives_a_partial_set_the_epilog_itself_finalizes(tmp_path):
+    """Issue 19's budget defect: the cut used to get the hook's whole budget,
+    so a slow backend ran into the hook's alarm and nothing was recorded.
+    Now the cut gets what is left less a recording reserve: the slow part is
+    MISSING, recorded, and the set finalized PARTIAL by the same Epilog."""
+    import time
+
+    from slurm_snap.backends.factory import backend_for_volume
+    from slurm_snap.hooks.policy import remaining, run_hook
+
+    env = make_env(tmp_path, nodes=("n1", "n2"),
+                   extra={"timeouts": {"barrier": 5.0, "backend_call": 5.0, "hook_budget": 4.0}})
+    t_pre = now() - dt.timedelta(seconds=2)
+    ranks_ack_at_preemption(env)
+    preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre.timestamp())
+    preempt.epilog_cut(env.cfg, env.inv, job(env, "n2"), preempt_time=t_pre.timestamp())
+
+    class Slow:
+        """The shared volume's backend takes longer than the whole hook."""
+
+        def __init__(self, real):
+            self._real = real
+
+        def __getattr__(self, name):
+            return getattr(self._real, name)
+
+        def create(self, *a, **kw):
+            time.sleep(8)
+            return self._real.create(*a, **kw)
+
+    def backend_for(v):
+        real = backend_for_volume(env.cfg, v, local=True)
+        return Slow(real) if v.scope == "shared" else real
+
+    out = {}
+
+    def body():
+        out["summary"] = preempt.epilog_cut(env.cfg, env.inv, job(env, "n1"), preempt_time=t_pre.timestamp(),
+                                            backend_for=backend_for, remaining=remaining())
+        return out["summary"]
+
+    t0 = time.monotonic()
+    assert run_hook("epilog", body, cfg=env.cfg, job_id=env.job_id, node="n1") == 0
+    assert time.monotonic() - t0 < 4.0   # inside the hook's budget, with the record done
+    st, parts, _acks, events = the_set(env)
+    assert out["summary"] == f"set {st.id} PARTIAL app-consistent"
+    assert st.state == S.PARTIAL and "pfs (did not finish within" in st.reason, st.reason
+    assert sorted((p.node, p.state) for p in parts) == [("", "MISSING"), ("n1", "CUT"), ("n2", "CUT")]
+    assert sum("finalized by n1" in e.message for e in events) == 1
+    log = open(os.path.join(env.cfg.paths.log_dir, "hooks.log")).read()
+    assert '"status": "ok"' in log and '"failed"' not in log
+
+
+def test_cut_budget_keeps_a_reserve_for_recording():
+    assert preempt.cut_budget(20.0) == 17.0
+    assert preempt.cut_budget(4.0) == 3.0
+    assert preempt.cut_budget(0.2) == 0.5   # never zero: a cut that cannot start still records why
