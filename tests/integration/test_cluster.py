@@ -8,8 +8,10 @@ Both preemption scenarios share one preemptor so the module stays fast.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -219,6 +221,34 @@ def test_entry_point_execs_helper_only_for_opted_in_jobs(tmp_path, rel, hook, re
     assert Path(f"{helper}.stdin").read_text().strip() == "/dev/null"
 
 
+def test_background_recording_survives_slurmctld_killing_the_hooks_process_group(tmp_path):
+    """slurmctld SIGKILLs a PrologSlurmctld's process group when the script
+    exits; the detached recorder must already be in its own session by then
+    (the load test lost a recording now and then before the entry point
+    waited for that)."""
+    lost = []
+    for i in range(20):
+        d = tmp_path / str(i)
+        d.mkdir()
+        helper = d / "helper"
+        helper.write_text(RECORDER)
+        helper.chmod(0o755)
+        script = install_entry_point("prolog/slurm-snap-prolog-slurmctld", d, str(helper), "/x.toml", "background")
+        proc = subprocess.Popen([str(script)], env={"SPANK_SLURM_SNAP": "1", "SLURM_JOB_ID": "7"},
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        assert proc.wait(timeout=10) == 0
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # what slurmctld does right after
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 10
+        while not Path(f"{helper}.argv").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not Path(f"{helper}.argv").exists():
+            lost.append(i)
+    assert lost == []
+
+
 def test_entry_point_fails_open_without_helper(tmp_path):
     script = install_entry_point("prolog/slurm-snap-prolog", tmp_path, "/nonexistent/slurm-snap", "/x.toml")
     proc = subprocess.run([str(script)], env={"SPANK_SLURM_SNAP": "1"}, capture_output=True, text=True, timeout=10)
@@ -335,17 +365,13 @@ def _recorded_volumes(repo, job_id: int):
 
 
 def _read_as_node(config: str, job_id: int):
-    """The inventory as a node reaches it: its own config, over the cluster's network."""
+    """The inventory as a node reaches it: its own config (the service on ctl,
+    no database URL), over the cluster's network, MUNGE-authenticated as root."""
     from slurm_snap.config import load
-    from slurm_snap.inventory.repository import Inventory
+    from slurm_snap.service.client import call, ping
 
     cfg = load(config)
-    inv = Inventory.from_config(cfg)
-    try:
-        with inv.session() as repo:
-            return cfg.inventory.url.split("://")[0], _recorded_volumes(repo, job_id)
-    finally:
-        inv.dispose()
+    return cfg.inventory.url.split("://")[0], ping(cfg), call(cfg, "resume-point", job_id=job_id)
 
 
 def assert_nothing_left(state: Path, tag: str, inodes: set[str], pids: dict[str, int]) -> None:
@@ -371,7 +397,7 @@ def test_second_cluster_side_by_side_on_mariadb_and_down_leaves_nothing(cluster)
         assert node_names_from_srun(second) == ["n1", "n2", "n3"]
         assert node_names_from_srun(cluster) == ["n1", "n2", "n3"]
         # MariaDB on ctl: PrologSlurmctld records there, and a node reaches it
-        # with nothing but its own config.
+        # through the service with nothing but its own config.
         jid = second.sbatch("-N3", "--snapshot-volumes=scratch,pfs", "-o", "/dev/null", "--wrap", "srun /bin/true")
         second.wait_state(jid, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=60)
         want = [("pfs", ""), ("scratch", "n1"), ("scratch", "n2"), ("scratch", "n3")]
@@ -379,7 +405,11 @@ def test_second_cluster_side_by_side_on_mariadb_and_down_leaves_nothing(cluster)
         while second.inventory(_recorded_volumes, jid) != want:
             assert time.monotonic() < deadline, f"job {jid} not recorded:\n{second.hook_log()[-3000:]}"
             time.sleep(0.3)
-        assert second.on("n2", _read_as_node, second.config, jid) == ("mysql+pymysql", want)
+        assert second.on("n2", _read_as_node, second.config, jid) == ("slurm-snap", 0, None)
+        assert "mysql" in second.config_path("ctl").read_text()
+        # A user on login reads their job's sets (none) from MariaDB through the service.
+        rep = second.cli("report", "-j", str(jid), "--json", host="login", user=second.user, timeout=60)
+        assert rep.returncode == 0 and json.loads(rep.stdout)["sets"] == [], rep.stderr
         # A job left running must not keep `down` from cleaning up.
         second.sbatch("-N1", "-o", "/dev/null", "--wrap", "sleep 300")
         pids = second.pids()
