@@ -2,9 +2,9 @@
 
 `cluster` (session scope) runs `scripts/dev-cluster up` (the multi-host
 layout: ctl, n1..n3, login) on a fresh state dir and always runs `down`
-afterwards. Its inventory is SLURM_SNAP_TEST_INVENTORY (default postgres:
-until the slurm-snap service exists, node hooks reach only a server
-database; a SQLite inventory lives on ctl's disk alone). If the cluster cannot start, the test
+afterwards. Its inventory is SLURM_SNAP_TEST_INVENTORY (default postgres; scripts/test
+reruns the tests marked crossdb with mariadb and sqlite). Nodes and login
+reach it through the slurm-snap service on ctl. If the cluster cannot start, the test
 fails under CI=true (a missing real component is a failure there) and is
 skipped with the reason locally.
 """

@@ -123,6 +123,7 @@ def _drill_record(repo, set_id: int):
     return repo.get_set(set_id).state, (last.id, last.result, last.first_step, last.time_to_first_step)
 
 
+@pytest.mark.crossdb
 def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_from_it(cluster):
     cfg = _cfg(cluster)
     train, jid, log = _start_training(cluster, "preempt", BATCH, "-p", "low", "--requeue", "--open-mode=append",

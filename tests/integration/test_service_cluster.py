@@ -12,7 +12,7 @@ import pytest
 
 from test_protocol_cluster import BATCH, _start_training
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.crossdb]
 
 
 def _user_cli(cluster, *args: str, user: str | None = None, timeout: float = 120):
