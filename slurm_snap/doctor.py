@@ -100,8 +100,14 @@ def check_entry_point(cfg: Config, path: str, text: str | None) -> list[Finding]
                     f"record_in_background {str(cfg.hooks.record_in_background).lower()})")]
 
 
-def check_local(cfg: Config) -> list[Finding]:
-    """slurm-snap's own side: inventory, backends' tools."""
+def check_local(cfg: Config, *, node: str | None = None, node_local: bool = True) -> list[Finding]:
+    """slurm-snap's own side: inventory, backends' tools.
+
+    `node` is the Slurm node name this host is (doctor run on a node by the
+    controller's doctor); `node_local` False leaves node-local classes out,
+    for a controller or login host: their scratch is a directory of the
+    host's root disk there, not the node's btrfs, and the nodes are checked
+    on their own."""
     out: list[Finding] = []
     from .errors import SnapError
 
@@ -131,8 +137,10 @@ def check_local(cfg: Config) -> list[Finding]:
                            "run `slurm-snap db upgrade`"))
     from .backends.factory import backend_for_class
 
-    host = os.uname().nodename
+    host = node or os.uname().nodename
     for vc in cfg.volume_classes:
+        if vc.scope == "node-local" and not node_local:
+            continue
         try:
             backend = backend_for_class(cfg, vc, None, local=True)
             out.append(Finding(True, f"volume class {vc.name}: backend {vc.backend} tools present"))

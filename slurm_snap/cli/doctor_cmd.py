@@ -10,9 +10,14 @@ from ..slurm import commands
 @click.command("doctor")
 @click.option("--no-slurm", is_flag=True, help="Skip the checks that ask the running Slurm (and the nodes).")
 @click.option("--no-nodes", is_flag=True, help="Do not run doctor's own checks on each node over SSH.")
+@click.option("--node", "node", metavar="NAME",
+              help="Check this host as compute node NAME (what the controller's doctor runs on each node).")
 @click.pass_obj
-def command(ctx, no_slurm, no_nodes):
-    """Check Slurm's and slurm-snap's configuration together."""
+def command(ctx, no_slurm, no_nodes, node):
+    """Check Slurm's and slurm-snap's configuration together.
+
+    On the controller, node-local volume classes are checked on each node
+    (over SSH), not on the controller's own disk."""
     cfg = ctx.config
     findings = []
     if not no_slurm:
@@ -33,8 +38,11 @@ def command(ctx, no_slurm, no_nodes):
             except OSError:
                 script = None
             findings += doctor.check_entry_point(cfg, entry[0], script)
-    findings += doctor.check_local(cfg)
-    if not no_slurm and not cfg.via_service:
+    # With Slurm asked, this is the admin's view from the controller: the
+    # nodes' scratch is checked on the nodes (check_topology), not here.
+    topology = not no_slurm and not cfg.via_service and node is None
+    findings += doctor.check_local(cfg, node=node, node_local=not topology)
+    if topology:
         findings += doctor.check_topology(cfg, commands.node_names(timeout=cfg.timeouts.slurm_command),
                                           run_on_node=None if no_nodes else _run_on_node(cfg))
     bad = 0
@@ -64,7 +72,7 @@ def _run_on_node(cfg):
         try:
             t = SshTransport(ssh_host(cfg, node), known_hosts=cfg.ssh.known_hosts, key_file=cfg.ssh.key,
                              user=cfg.ssh.user, port=cfg.ssh.port, connect_timeout=cfg.ssh.connect_timeout)
-            r = t.run([helper, "--config", cfg.path, "doctor", "--no-slurm"], 120)
+            r = t.run([helper, "--config", cfg.path, "doctor", "--no-slurm", "--node", node], 120)
         except errors.SnapError as exc:
             return [doctor.Finding(False, f"{node}: doctor over SSH: {exc}", f"check {node}'s sshd and slurm-snap")]
         found = []

@@ -171,6 +171,10 @@ def test_doctor_all_well_then_names_problems(cluster):
     ok = doctor()
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "0 problem(s)" in ok.stdout
+    # Every node's own scratch disk is checked, on that node; ctl's root disk is not.
+    for node in cluster.nodes:
+        assert f"{node}: volume class scratch on this host" in ok.stdout, ok.stdout
+    assert "\nok    volume class scratch on this host" not in ok.stdout, ok.stdout
     cluster.run(["scontrol", "update", "partitionname=low", "gracetime=1"], timeout=30, check=True, host="ctl")
     try:
         bad = doctor()

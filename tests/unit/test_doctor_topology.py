@@ -96,3 +96,20 @@ def test_path_on_the_wrong_filesystem_is_named(tmp_path):
     assert f"is {fstype}" in got[0].what and "needs btrfs" in got[0].what
     if not got[0].ok:
         assert "mount the btrfs filesystem" in got[0].fix
+
+
+def test_controller_view_leaves_node_local_classes_to_the_nodes(tmp_path):
+    """On the controller a node-local prefix is a directory of its own root
+    disk: checking it there would call every healthy cluster broken. The
+    nodes check it (`doctor --node NAME`)."""
+    cfg = cfg_of(tmp_path, ssh_scratch=False)
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "b").mkdir()
+    on_ctl = doctor.check_local(cfg, node_local=False)
+    assert not any("volume class scratch" in f.what for f in on_ctl)
+    as_node = doctor.check_local(cfg, node="n1")
+    named = [f for f in as_node if "volume class scratch" in f.what]
+    assert named, as_node
+    # tmp_path is not btrfs: the node's check says so, naming the path.
+    fs_checks = [f for f in named if "is " in f.what and "needs btrfs" in f.what]
+    assert fs_checks and not fs_checks[0].ok and str(tmp_path / "scratch") in fs_checks[0].what
