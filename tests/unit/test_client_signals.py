@@ -8,27 +8,37 @@ import signal
 import time
 
 import pytest
+import signal_delivery
 
-from slurm_snap.client import Checkpointer, parse_signal
+from slurm_snap import client
+from slurm_snap.client import parse_signal
 from slurm_snap.errors import BadValueError
 
 HANDLED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+
+
+_current: list = []
+
+
+def Checkpointer(*args, **kwargs):
+    """The client's Checkpointer, remembered so deliver() knows whose handler to wait for."""
+    ckpt = client.Checkpointer(*args, **kwargs)
+    _current.append(ckpt)
+    return ckpt
 
 
 @pytest.fixture(autouse=True)
 def restore_handlers():
     saved = {sig: signal.getsignal(sig) for sig in HANDLED}
     yield
+    while _current:
+        _current.pop()._flag.uninstall()
     for sig, handler in saved.items():
         signal.signal(sig, handler)
 
 
-def deliver(sig):
-    os.kill(os.getpid(), sig)
-    # The C-level handler ran inside kill(); Python runs ours at the next
-    # bytecode boundary, which this loop provides.
-    for _ in range(1000):
-        pass
+def deliver(sig, ckpt=None):
+    signal_delivery.deliver(sig, ckpt or _current[-1])
 
 
 def test_handler_only_sets_a_flag_without_io(monkeypatch):
