@@ -71,7 +71,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--release-timeout", type=float, default=120.0,
                         help="seconds to wait for the coordinator's release (default 120)")
     parser.add_argument("--ignore-signal", action="store_true",
-                        help="ignore checkpoint requests (never acknowledge; for barrier-timeout tests)")
+                        help="ignore checkpoint requests (never acknowledge; for barrier-timeout tests); "
+                             "implies --independent: a rank of a process group cannot stay out of the "
+                             "step agreement without stalling its peers")
     parser.add_argument("--independent", action="store_true",
                         help="no process group: each rank trains and checkpoints its own model "
                              "(also SLURM_SNAP_INDEPENDENT=1, set by sbatch --snapshot-independent-ranks)")
@@ -85,6 +87,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dist-timeout", type=float, default=300.0, help="process group timeout, seconds")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
+    args.independent = args.independent or args.ignore_signal
     if args.steps < 1 or args.checkpoint_every < 0 or args.step_time < 0 or args.workers < 0:
         parser.error("--steps must be >= 1, --checkpoint-every, --step-time and --workers >= 0")
     return args
@@ -363,8 +366,9 @@ def main(argv=None) -> int:
                 if files is not None:
                     ckpt.commit(step, files)
                 requested_by = ckpt.last_signal[0] if ckpt.last_signal else None
+                epoch = ckpt.epoch()
                 if ckpt.wait_for_release(args.release_timeout):
-                    log(f"acknowledged and released at step {step} for epoch {ckpt.epoch()}; continuing")
+                    log(f"acknowledged and released at step {step} for epoch {epoch}; continuing")
                 elif ckpt.terminating or requested_by == "SIGTERM":
                     log(f"terminating after the checkpoint of step {step}")
                     return 0

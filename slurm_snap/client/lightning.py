@@ -54,8 +54,12 @@ class SnapshotCallback(pl.Callback):
         return self.ckpt
 
     def checkpoint_dir(self) -> str:
+        """dirpath, else <pfs volume>/ckpt (in a restore drill: the clone's)."""
         if self.dirpath:
             return os.path.abspath(self.dirpath)
+        restored = os.environ.get("SLURM_SNAP_RESTORE_PFS")
+        if os.environ.get("SLURM_SNAP_RESTORE") == "1" and restored:
+            return os.path.join(restored, "ckpt")
         ckpt = self._client()
         if ckpt.enabled:
             try:
@@ -66,18 +70,30 @@ class SnapshotCallback(pl.Callback):
 
     def resume_path(self) -> str | None:
         """The checkpoint file to pass as trainer.fit(ckpt_path=...): in a
-        requeued run the snapshot's copy named by resume.json, else None."""
+        requeued run the snapshot's copy named by resume.json; otherwise the
+        newest step-N/<filename> of checkpoint_dir(); None for a fresh start.
+        `resumed_step` says which step it is."""
         info = self._client().resume_info()
-        if info is None:
-            return None
-        for key in ("snapshot", "live"):
-            path = info["checkpoint"][key]
-            if path and os.path.isdir(path):
-                path = os.path.join(path, self.filename)
-            if path and os.path.isfile(path):
-                self._resumed_from = int(info["step"])
-                return path
+        if info is not None:
+            for key in ("snapshot", "live"):
+                path = info["checkpoint"][key]
+                if path and os.path.isdir(path):
+                    path = os.path.join(path, self.filename)
+                if path and os.path.isfile(path):
+                    self._resumed_from = int(info["step"])
+                    return path
+        base = self.checkpoint_dir()
+        steps = sorted((int(n[5:]), n) for n in (os.listdir(base) if os.path.isdir(base) else ())
+                       if n.startswith("step-") and n[5:].isdigit()
+                       and os.path.isfile(os.path.join(base, n, self.filename)))
+        if steps:
+            self._resumed_from = steps[-1][0]
+            return os.path.join(base, steps[-1][1], self.filename)
         return None
+
+    @property
+    def resumed_step(self) -> int | None:
+        return self._resumed_from
 
     # -- Lightning hooks ----------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:

@@ -320,3 +320,82 @@ def test_dcp_async_save_every_rank_acknowledges_its_own_shards_then_resumes(job)
         assert r.proc.wait(timeout=120) == 0, "".join(r.err)[-2000:]
         assert r.steps()[0] == step + 1, r.lines[:5]
     assert len({r.params()[step + 1] for r in second}) == 1
+
+
+AGREE_SCRIPT = r"""
+import datetime, os, signal, sys, time
+import torch.distributed as dist
+from slurm_snap.client import Checkpointer
+rank, port, barrier = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+env = {"SLURM_JOB_ID": "61", "SLURMD_NODENAME": "n1", "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank),
+       "SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_STEP_NUM_TASKS": "2",
+       "SLURM_SNAP_BARRIER_DIR": barrier}
+ckpt = Checkpointer(env=env, agreement_timeout=3).install()
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=20))
+for step in range(1, 4):
+    ckpt.decide(step)
+if rank == 1:
+    os._exit(0)            # gone without a word: the peer's next agreement cannot complete
+t0 = time.monotonic()
+for step in range(4, 6):
+    ckpt.decide(step)
+print("failure", round(time.monotonic() - t0, 1), ckpt.agreement_state, flush=True)
+os.kill(os.getpid(), signal.SIGUSR1)
+for step in range(6, 100):
+    time.sleep(0.01)
+    if ckpt.decide(step).checkpoint:
+        print("ack", ckpt.commit(step, []), flush=True)
+        break
+os._exit(0)
+"""
+
+
+def test_a_failed_agreement_does_not_hang_the_rank_and_its_ack_says_so(tmp_path):
+    """A peer vanishes: the next agreement fails within its timeout, the rank
+    goes on deciding alone, and its acknowledgement says the agreement failed,
+    which the verdict refuses to call one point."""
+    from slurm_snap.protocol.barrier import as_record
+    from slurm_snap.protocol.verdict import lockstep_problems
+
+    barrier = tmp_path / "b"
+    (barrier / "61").mkdir(parents=True)
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "PYTHONPATH": REPO}
+    procs = [subprocess.Popen([sys.executable, "-c", AGREE_SCRIPT, str(r), str(port), str(barrier)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
+    out, err = procs[0].communicate(timeout=120)
+    procs[1].wait(timeout=30)
+    assert procs[0].returncode == 0, err[-3000:]
+    failure = next(line for line in out.splitlines() if line.startswith("failure"))
+    seconds, state = float(failure.split()[1]), failure.split(" ", 2)[2]
+    assert state.startswith("failed: ") and seconds < 20, failure
+    ack_path = next(line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("ack "))
+    ack = parse_ack(open(ack_path, "rb").read(), "61", "preempt-0")
+    assert ack.agreement.startswith("failed: ") and ack.world_size == 2
+    problems = lockstep_problems([as_record(ack, None)])
+    assert any("step agreement failed on ranks 0" in p for p in problems), problems
+
+
+LAUNCHED = r"""
+import os, signal, sys, time
+blocked = signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+os.kill(os.getpid(), signal.SIGUSR1)     # what slurmstepd does to every process of the step
+time.sleep(0.2)
+print("alive", blocked, flush=True)
+"""
+
+
+def test_launch_shim_keeps_a_launcher_alive_through_the_signal():
+    """`python -m slurm_snap.client.launch CMD`: CMD (torchrun's agent in a real
+    job) holds the checkpoint signal blocked and lives; without the shim the
+    same program dies of SIGUSR1."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "PYTHONPATH": REPO}
+    shim = subprocess.run([sys.executable, "-m", "slurm_snap.client.launch", sys.executable, "-c", LAUNCHED],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert (shim.returncode, shim.stdout.strip()) == (0, "alive True"), shim.stderr
+    bare = subprocess.run([sys.executable, "-c", LAUNCHED], capture_output=True, text=True, timeout=60, env=env)
+    assert bare.returncode == -signal.SIGUSR1
+    missing = subprocess.run([sys.executable, "-m", "slurm_snap.client.launch", "/nonexistent/torchrun"],
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert missing.returncode == 127 and "/nonexistent/torchrun" in missing.stderr
