@@ -123,6 +123,12 @@ class JobDir:
     def release_path(self, epoch: str) -> str:
         return os.path.join(self.release, check_name("epoch", epoch))
 
+    def early_path(self, epoch: str) -> str:
+        """Rank 0's early-release decision for a preemption epoch: in ack/,
+        the one directory the job's user may write (not a *.json name, so
+        no reader of acknowledgements takes it for one)."""
+        return os.path.join(self.ack, f"early-{check_name('epoch', epoch)}.decision")
+
     # -- creation (root) ------------------------------------------------------
     @staticmethod
     def _ensure_dir(path: str, uid: int, gid: int, mode: int) -> None:
