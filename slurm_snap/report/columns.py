@@ -101,7 +101,7 @@ _COLUMNS = (
     Column("Consistency", 16, RIGHT, _str("consistency"), "label earned: app-consistent, crash-consistent, none"),
     Column("State", 14, RIGHT, _str("state"), "set state (COMPLETE, VERIFIED, PARTIAL, FAILED, ...)"),
     Column("Reason", 24, LEFT, _str("reason"), "why the set is not fully good"),
-    Column("Volumes", 7, RIGHT, _volumes, "parts cut / parts expected"),
+    Column("Volumes", 7, RIGHT, _volumes, "parts cut / parts expected (MISSING parts not counted)"),
     Column("Nodes", 5, RIGHT, lambda r, s, e: str(len(r.m["nodes"] or ())), "number of nodes of the run"),
     Column("NodeList", 16, LEFT, lambda r, s, e: ",".join(r.m["nodes"] or ()), "nodes of the run"),
     Column("FailedNodes", 16, LEFT, lambda r, s, e: ",".join(r.m["failed_nodes"] or ()),

@@ -36,6 +36,11 @@ def ranks(values: Sequence[int]) -> str:
     return ",".join(out)
 
 
+def cut_count(snaps) -> int:
+    """Parts that were cut: a MISSING part is the record of a volume that was not."""
+    return sum(1 for s in snaps if s.state != "MISSING")
+
+
 def _ok(v) -> str:
     return "not checked" if v is None else ("ok" if v else "BAD")
 
@@ -55,7 +60,7 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None) -> list[str]:
         out.append(f"  reason: {st.reason}")
     step = "-" if st.checkpoint_step is None else st.checkpoint_step
     out.append(f"  checkpoint step {step}, skew {_secs(st.skew_seconds)}, manifest {_ok(st.manifest_ok)}, "
-               f"volumes {len(snaps)}/{st.expected_parts}")
+               f"volumes {cut_count(snaps)}/{st.expected_parts}")
     if st.failed_nodes:
         out.append(f"  failed nodes: {','.join(st.failed_nodes)}")
 
@@ -125,6 +130,7 @@ def show_doc(st, events: Sequence) -> dict[str, Any]:
             "reason": st.reason, "times": {name: iso_utc(getattr(st, col)) for name, col in PHASE_TIMES},
             "skew_seconds": st.skew_seconds, "checkpoint_step": st.checkpoint_step,
             "manifest_ok": st.manifest_ok, "expected_parts": st.expected_parts,
+            "volumes": {"cut": cut_count(st.snapshots), "expected": st.expected_parts},
             "failed_nodes": list(st.failed_nodes or []),
         },
         "acks": [{"node": a.node, "rank": a.rank, "local_rank": a.local_rank, "local_size": a.local_size,
