@@ -46,6 +46,8 @@ def command(ctx, target, set_id, as_json):
     caller, _now, tz = caller_and_clock(ctx)
     with ctx.inventory.session(readonly=True) as repo:
         if kind == "job":
+            # Whose job it is comes first: whether it has a set is the owner's business.
+            access.require_jobs(ctx.config, caller, repo.report_job_owners([ident]))
             newest = repo.report_newest_set(ident, restart)
             if newest is None:
                 label = ident if restart is None else f"{ident}.{restart}"
