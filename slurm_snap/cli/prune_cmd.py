@@ -15,8 +15,9 @@ def _fmt_time(t: dt.datetime | None) -> str:
 
 
 @click.command("prune")
-@click.option("--job", "job_id", type=JobIdType(), metavar="J", help="Only this job's sets.")
-@click.option("--user", metavar="U", help="Only this user's sets.")
+@click.option("--job", "job_id", type=JobIdType(), metavar="J",
+              help="Only this job's sets (refused, exit 4, for another user's job unless you are an operator).")
+@click.option("--user", metavar="U", help="Only this user's sets (operators only for another user).")
 @click.option("--keep-last", type=click.IntRange(min=0), default=0, metavar="N", help="Keep the newest N sets.")
 @click.option("--keep-daily", type=click.IntRange(min=0), default=0, metavar="N",
               help="Keep the newest set of each of the last N days that have one (UTC).")
