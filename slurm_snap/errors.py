@@ -31,7 +31,7 @@ EXIT_CODES = {
     CONFLICT: "conflict: another operation holds the job or volume, or a state change is not allowed",
     BACKEND: "a snapshot backend's tool failed",
     TIMEOUT: "a deadline passed (barrier, backend call, restore drill)",
-    INVENTORY: "the inventory database is unreachable or failed",
+    INVENTORY: "the inventory database is unreachable, failed, or not initialised (run `slurm-snap db upgrade`)",
     UNSUPPORTED: "the backend does not support this operation",
 }
 
@@ -154,6 +154,13 @@ class BarrierTimeout(Timeout):
 class InventoryError(SnapError):
     exit_code = INVENTORY
     template = "inventory {url}: {why}"
+
+
+class InventoryNotInitialised(InventoryError):
+    """The inventory is missing, empty, or at an older schema: only `db
+    upgrade` creates or migrates it, so every other command says so."""
+
+    template = "inventory {url}: not initialised: run `slurm-snap db upgrade` ({why})"
 
 
 class ServiceUnavailable(SnapError):

@@ -22,9 +22,15 @@ def upgrade(ctx):
 @command.command("status")
 @click.pass_obj
 def status(ctx):
-    """Print the schema revision in the database and the newest one known."""
-    cur = db.current_revision(ctx.inventory.engine)
+    """Print the schema revision in the database and the newest one known.
+
+    Exit 9 (not initialised) when the database is missing, empty or behind."""
+    from ..errors import InventoryNotInitialised
+
+    cur = ctx.inventory.revision()
     head = db.head_revision()
     click.echo(f"current: {cur or '(empty)'}\nhead:    {head}")
     if cur != head:
-        raise click.exceptions.Exit(3)
+        raise InventoryNotInitialised(url=db._redact(ctx.config.inventory.url),
+                                      why=f"its schema is at revision {cur or '(none)'}, this slurm-snap "
+                                          f"needs {head}")
