@@ -73,6 +73,22 @@ class PathError(BadValueError):
         super().__init__(what="path", value=value, why=why)
 
 
+class VolumesRefused(BadValueError):
+    """The node Prolog refused declared volumes (the user's declaration, not
+    the node, is at fault): recorded, told to the job, the job runs without them."""
+
+    template = "prolog on {node} refused {count} declared volume(s), the job runs without their snapshots: {first}"
+
+    def __init__(self, node: str, refused, *, recorded: bool = False):
+        first = "; ".join(f"{r.path!r}: {r.why}" for r in refused)
+        SnapError.__init__(self, node=node, count=len(refused), first=first, what="--snapshot-volumes",
+                           value=refused[0].path if refused else "", why=first)
+        self.refused = list(refused)
+        # True when the refusal is in the inventory already (the hook runner
+        # then adds no second, less precise, failure record).
+        self.recorded = recorded
+
+
 class ConfigError(SnapError):
     exit_code = CONFIG
     template = "{path}: {key}: {why}"

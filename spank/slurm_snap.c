@@ -10,8 +10,10 @@
  *     environment that Prolog/Epilog (and their slurmctld variants) receive as
  *     SPANK_SLURM_SNAP*;
  *   - in remote context (slurmstepd) it only copies those variables into the
- *     tasks' environment under the names the rank-side client reads; the real
- *     work is done by the Prolog/Epilog entry points, never inside slurmstepd.
+ *     tasks' environment under the names the rank-side client reads, and in
+ *     each step's first task prints what a node's Prolog left for the user
+ *     (a refused volume); the real work is done by the Prolog/Epilog entry
+ *     points, never inside slurmstepd.
  *
  * This file holds the option table and the context dispatch; see
  * slurm_snap.h for the other parts. Every message is prefixed "slurm-snap:".
@@ -165,6 +167,13 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 	(void) ac;
 	(void) av;
 	return spank_remote(sp) == 1 ? snap_remote_user_init(sp) : 0;
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	(void) ac;
+	(void) av;
+	return spank_remote(sp) == 1 ? snap_remote_task_init(sp) : 0;
 }
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)

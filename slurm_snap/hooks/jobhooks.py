@@ -15,13 +15,16 @@ from __future__ import annotations
 import logging
 import os
 
+import dataclasses
+
 from .. import paths
 from ..config import Config
-from ..errors import PathError, Unsupported
+from ..errors import PathError, SnapError, Unsupported, VolumesRefused
 from ..inventory.records import VolumeSpec
+from ..inventory.records import Refusal
 from ..slurm.jobenv import JobEnv
 from ..jobdir import JobDir
-from .volumes import parse_declaration, specs_for_job
+from .volumes import check_snapshottable, parse_declaration, specs_for_job
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +55,30 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
     mine = [s for s in specs if s.node == job.node or (s.scope == "shared" and job.node == job.head_node)]
     per_job = {(d.vc.name) for d in declared if d.rel is None}
+    refused = []
     for spec in mine:
-        _prepare_volume(cfg, spec, job, create=spec.volume_class in per_job and _is_class_path(cfg, spec, job))
-    JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid).write_job({
+        try:
+            _prepare_volume(cfg, spec, job, create=spec.volume_class in per_job and _is_class_path(cfg, spec, job))
+        except PathError as exc:
+            # The declaration is at fault, not the node: prepare the others,
+            # then make sure the user hears of it (below).
+            refused.append(Refusal(node=spec.node, path=spec.path, why=exc.kwargs.get("why") or str(exc)))
+    if refused and cfg.hooks.failure_policy == "closed":
+        # The job will not run: no notice to print, but report/show say why.
+        raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, refused))
+    jobdir = JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid)
+    jobdir.write_job({
         "job_id": job.job_id, "restart_count": job.restart_count, "user": job.user, "nodes": list(job.nodes),
         "signal": cfg.protocol.checkpoint_signal,
         "volumes": [{"class": s.volume_class, "scope": s.scope, "node": s.node or None, "path": s.path}
                     for s in specs]})
+    if refused:
+        # Told three ways: the job's own output (the SPANK plugin prints the
+        # notice in every step), the inventory (report/show), and the hook log.
+        jobdir.write_notice(job.node, [
+            f"prolog on {job.node} refused --snapshot-volumes {r.path}: {r.why}; the job runs without "
+            f"snapshots of it (slurm-snap show {job.job_id})" for r in refused])
+        raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, refused))
     resumed = ""
     if job.restart_count > 0 and job.node == job.head_node:
         from ..protocol import preempt
@@ -66,6 +86,21 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
         info = preempt.prepare_resume(cfg, inv, job)
         resumed = f"; resume point: {info}" if info else "; no app-consistent set to resume from"
     return f"prepared {len(mine)} volumes on {job.node}{resumed}"
+
+
+def _record_refusals(cfg: Config, inv, job: JobEnv, refused: list) -> bool:
+    """Into the inventory (through the service on a node); False if that
+    failed, which is logged and left to the policy's own failure record: the
+    refusal itself is what the hook reports either way."""
+    from ..protocol.preempt import job_fields, recorder_for
+
+    try:
+        recorder_for(cfg, inv).refused(job=job_fields(job), node=job.node,
+                                       refused=[dataclasses.asdict(r) for r in refused])
+        return True
+    except SnapError as exc:
+        log.error("job %s: refusal not recorded in the inventory: %s", job.job_id, exc)
+        return False
 
 
 def _is_class_path(cfg: Config, spec: VolumeSpec, job: JobEnv) -> bool:
@@ -88,6 +123,9 @@ def _prepare_volume(cfg: Config, spec: VolumeSpec, job: JobEnv, *, create: bool)
     if r.exists:
         if r.uid != job.uid:
             raise PathError(spec.path, f"owned by uid {r.uid}, not by the job's user {job.user} (uid {job.uid})")
+        if not create:
+            # What the submit host could not see for a node-local path.
+            check_snapshottable(vc, spec.path, r.ino)
         return
     from ..backends.factory import backend_for_class
 

@@ -46,9 +46,15 @@ def run_named(config_path: str | None, name: str) -> int:
         if not job.opted_in:
             return "job did not opt in"
         state["inv"] = _LazyInventory(cfg)
-        return HOOKS[name](cfg, state["inv"], job)
+        try:
+            return HOOKS[name](cfg, state["inv"], job)
+        except errors.VolumesRefused as exc:
+            state["recorded"] = exc.recorded
+            raise
 
     def record_failure(hook, detail):
+        if state.get("recorded"):
+            return  # the hook recorded its failure itself, precisely
         if state["inv"] is not None and state["job"] is not None:
             from ..protocol.preempt import recorder_for
 

@@ -111,17 +111,17 @@ def validate_submit(cfg: Config, items, consistency: str, *, uid: int | None = N
         r = paths.resolve(path, cfg.paths.allowed_roots, must_exist=True)
         if uid != 0 and r.uid != uid:
             raise PathError(path, f"owned by uid {r.uid}, not by the submitting user (uid {uid})")
-        check_snapshottable(d, path, r.ino)
+        check_snapshottable(d.vc, path, r.ino)
     return declared
 
 
-def check_snapshottable(d: Declared, path: str, inode: int) -> None:
+def check_snapshottable(vc: VolumeClass, path: str, inode: int) -> None:
     """Refuse a declared directory the class's backend cannot cut on its own,
     saying what to do instead: at submit for shared paths (visible there),
     in the Prolog for node-local ones."""
     from ..backends.registry import default_registry
 
-    problem = default_registry().backend_class(d.vc.backend).volume_problem(path, inode)
+    problem = default_registry().backend_class(vc.backend).volume_problem(path, inode)
     if problem:
-        raise PathError(path, f"{problem}; or declare the class {d.vc.name!r} for a per-job volume "
-                              f"{d.vc.job_path(None if d.vc.scope == 'shared' else '<node>', '<job id>')}")
+        where = vc.job_path(None if vc.scope == "shared" else "<node>", "<job id>")
+        raise PathError(path, f"{problem}; or declare the class {vc.name!r} for a per-job volume {where}")

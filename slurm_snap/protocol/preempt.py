@@ -186,6 +186,41 @@ class LocalRecorder:
         with self.inv.session() as repo:
             repo.event("hook-failed", f"{hook}: {detail}", job_id=job_id, node=node, level="error")
 
+    def refused(self, *, job: dict, node: str, refused: list) -> int:
+        """A node Prolog refused declared volumes: mark them (creating the run's
+        rows if PrologSlurmctld has not recorded them yet) and say so in the
+        job's events. `job` is the Prolog's JobEnv as JSON (job_fields)."""
+        from sqlalchemy.exc import IntegrityError
+
+        from ..hooks.volumes import parse_declaration, specs_for_job
+        from ..inventory import refusals
+
+        items = [refusals.Refusal(**r) for r in refused]
+        specs = specs_for_job(self.cfg, parse_declaration(self.cfg, job["volumes"]), job["nodes"], job["job_id"])
+        for attempt in (1, 2):
+            try:
+                with self.inv.session() as repo:
+                    n = refusals.record(repo, job_id=job["job_id"], restart_count=job["restart_count"],
+                                        user_name=job["user"], uid=job["uid"], partition=job["partition"],
+                                        nodes=job["nodes"], options=job["options"], specs=specs, refused=items)
+                    for r in items:
+                        repo.event("refused", f"prolog on {node} refused {r.path}: {r.why}; the job runs "
+                                   "without its protection", job_id=job["job_id"], node=node, level="error")
+                    return n
+            except IntegrityError:
+                # PrologSlurmctld inserted the run between our look and our
+                # insert: the second attempt finds it.
+                if attempt == 2:
+                    raise
+        return 0
+
+
+def job_fields(job) -> dict:
+    """What the recorder needs of a JobEnv, as JSON (it crosses the service)."""
+    return {"job_id": job.job_id, "restart_count": job.restart_count, "user": job.user, "uid": job.uid,
+            "partition": job.partition, "nodes": list(job.nodes or [job.node]), "volumes": list(job.volumes),
+            "options": job.options()}
+
 
 class RemoteRecorder:
     """The same operations through the controller's slurm-snap service (a
@@ -214,6 +249,9 @@ class RemoteRecorder:
     def hook_failed(self, **kw) -> None:
         self._call("hook-failed", **kw)
 
+    def refused(self, **kw) -> int:
+        return self._call("volume-refused", **kw)
+
 
 def recorder_for(cfg, inventory):
     """The recorder of this host: the service when the config names it."""
@@ -232,7 +270,7 @@ def _op(method: str):
 
 # What the service runs for nodes (root only): the LocalRecorder's methods.
 OPS = {"preempt-open": _op("open"), "preempt-cutting": _op("cutting"), "preempt-record": _op("record"),
-       "resume-point": _op("resume_point"), "hook-failed": _op("hook_failed")}
+       "resume-point": _op("resume_point"), "hook-failed": _op("hook_failed"), "volume-refused": _op("refused")}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,11 +48,14 @@ def parse_jobs(text: str) -> tuple[list[int], list[tuple[int, int]]]:
 
 
 def parse_states(text: str) -> list[str]:
+    from .rows import UNPROTECTED
+
+    known = S.STATES + (UNPROTECTED,)
     out = []
     for item in _items(text, "state list"):
         state = item.upper()
-        if state not in S.STATES:
-            raise BadValueError(what="state", value=item, why=f"unknown state; one of {', '.join(S.STATES)}")
+        if state not in known:
+            raise BadValueError(what="state", value=item, why=f"unknown state; one of {', '.join(known)}")
         out.append(state)
     return out
 

@@ -49,7 +49,19 @@ def _secs(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f} s"
 
 
-def render(st, events: Sequence, *, tz: dt.tzinfo | None = None) -> list[str]:
+def _refusal_lines(refused: Sequence, declared: int) -> list[str]:
+    if not refused:
+        return []
+    return ([f"  UNPROTECTED: the Prolog refused {len(refused)} of {declared} declared volumes; "
+             "the job ran without their snapshots:"]
+            + [f"    {r.node or '(shared)':<10} {r.path}: {r.why}" for r in refused])
+
+
+def _refusal_docs(refused: Sequence) -> list[dict]:
+    return [{"node": r.node, "path": r.path, "reason": r.why} for r in refused]
+
+
+def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequence = ()) -> list[str]:
     run = st.job_run
     acks, snaps, tests = list(st.acks), list(st.snapshots), list(st.restore_tests)
     out = [f"Set {st.id} of job {run.label} (user {st.user_name}, partition {run.partition or '-'}, "
@@ -58,6 +70,7 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None) -> list[str]:
            f"  state {st.state}, consistency {st.consistency}"]
     if st.reason:
         out.append(f"  reason: {st.reason}")
+    out += _refusal_lines(refused, len(run.volumes))
     step = "-" if st.checkpoint_step is None else st.checkpoint_step
     out.append(f"  checkpoint step {step}, skew {_secs(st.skew_seconds)}, manifest {_ok(st.manifest_ok)}, "
                f"volumes {cut_count(snaps)}/{st.expected_parts}")
@@ -118,7 +131,45 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None) -> list[str]:
     return [line.rstrip() for line in out]
 
 
-def show_doc(st, events: Sequence) -> dict[str, Any]:
+def render_job(run, volumes: Sequence, refused: Sequence, events: Sequence, *,
+               tz: dt.tzinfo | None = None) -> list[str]:
+    """`show JOB` of a run that has no set: what was declared, what the
+    Prolog refused, and the job's events, rather than "not found"."""
+    out = [f"Job {run.label} (user {run.user_name}, partition {run.partition or '-'}, "
+           f"nodes {','.join(run.nodes) or '-'}): no snapshot set"]
+    out += _refusal_lines(refused, len(volumes))
+    out += ["", "Volumes:"]
+    if volumes:
+        out.append(f"  {'NODE':<10} {'VOLUME':<28} {'CLASS':<10} {'BACKEND':<12} STATE")
+        for v in volumes:
+            state = f"REFUSED: {v.refusal}" if v.refused_at is not None else "declared"
+            out.append(f"  {v.node or '(shared)':<10} {v.path:<28} {v.volume_class:<10} {v.backend:<12} {state}")
+    else:
+        out.append("  (none)")
+    out += ["", "Events:"]
+    for e in events:
+        out.append(f"  {precise(e.at, tz)} {e.level:<7} {e.node or '-':<10} {e.kind}: {e.message}")
+    if not events:
+        out.append("  (none)")
+    return [line.rstrip() for line in out]
+
+
+def job_doc(run, volumes: Sequence, refused: Sequence, events: Sequence) -> dict[str, Any]:
+    """show --json of a run without a set: "set" is null."""
+    return {
+        "version": 1,
+        "job": {"job": run.label, "job_id": run.job_id, "restart_count": run.restart_count,
+                "user": run.user_name, "partition": run.partition, "nodes": list(run.nodes),
+                "volumes": [{"node": v.node, "path": v.path, "class": v.volume_class, "backend": v.backend,
+                             "refused": v.refusal if v.refused_at is not None else None} for v in volumes]},
+        "set": None,
+        "refused": _refusal_docs(refused),
+        "events": [{"at": iso_utc(e.at), "level": e.level, "node": e.node, "kind": e.kind, "message": e.message}
+                   for e in events],
+    }
+
+
+def show_doc(st, events: Sequence, *, refused: Sequence = ()) -> dict[str, Any]:
     """show --json: the set's report document plus acks, parts, drills and events (version 1)."""
     run = st.job_run
     return {
@@ -132,6 +183,7 @@ def show_doc(st, events: Sequence) -> dict[str, Any]:
             "manifest_ok": st.manifest_ok, "expected_parts": st.expected_parts,
             "volumes": {"cut": cut_count(st.snapshots), "expected": st.expected_parts},
             "failed_nodes": list(st.failed_nodes or []),
+            "refused": _refusal_docs(refused),
         },
         "acks": [{"node": a.node, "rank": a.rank, "local_rank": a.local_rank, "local_size": a.local_size,
                   "step": a.step, "written_at": iso_utc(a.written_at), "received_at": iso_utc(a.received_at)}
