@@ -141,19 +141,22 @@ def _prepare_volume(cfg: Config, spec: VolumeSpec, job: JobEnv, *, create: bool)
 def _preempt_time(cfg: Config, job: JobEnv) -> int:
     """When the preemption began (epoch seconds), 0 if the job was not preempted.
 
-    Measured on 22.05: by the time the epilogs run, squeue's PreemptTime is
-    the end of the grace period (the kill), not the moment the signal went
-    out. The ranks' acknowledgements are written inside the grace period, so
-    the request time is PreemptTime - GraceTime, less the lag of slurmctld's
-    periodic grace check (measured up to ~10 s) and the one-second resolution.
+    Nothing in the hooks' environment says "preempted" (docs/design.md,
+    "What the epilogs see at a preemption"); squeue does: the job is
+    COMPLETING with a PreemptTime in both EpilogSlurmctld and the node
+    Epilog, and PreemptTime is 0 after a normal end, scancel or scontrol
+    requeue. By the time the epilogs run, PreemptTime is the end of the
+    grace period (the kill), not the moment the signal went out. The ranks'
+    acknowledgements are written inside the grace period, so the request
+    time is PreemptTime - GraceTime, less the lag of slurmctld's periodic
+    grace check (measured up to ~10 s) and the one-second resolution.
+
+    A squeue that fails is an error, never "not preempted": that answer once
+    hid an EpilogSlurmctld that could not reach slurmctld at all.
     """
     from ..slurm import commands
 
-    try:
-        t = commands.squeue_job(job.job_id, timeout=cfg.timeouts.slurm_command).preempt_time
-    except Exception as exc:  # the job may already be gone from squeue
-        log.warning("squeue for job %s failed: %s", job.job_id, exc)
-        return 0
+    t = commands.squeue_job(job.job_id, timeout=cfg.timeouts.slurm_command).preempt_time
     if not t:
         return 0
     return max(1, t - _grace_seconds(cfg, job) - PREEMPT_SLACK)

@@ -39,6 +39,9 @@ def run_named(config_path: str | None, name: str) -> int:
     except errors.SnapError as exc:  # no config: still never drain the node
         print(f"slurm-snap: {name}: {exc} (policy open)", file=sys.stderr)
         return 0
+    from ..slurm.commands import adopt_conf
+
+    adopt_conf(cfg.slurm.conf)
     state = {"job": None, "inv": None}
 
     def body():
