@@ -48,8 +48,9 @@ static struct spank_option options[] = {
 	  "(ranks get SIGUSR1 and checkpoint first).",
 	  0, OPT_ON_PREEMPT, opt_cb },
 	{ "snapshot-volumes", "V[,V...]",
-	  "Volumes to snapshot: volume class names (e.g. scratch,pfs) or "
-	  "absolute paths inside the configured roots.",
+	  "Volumes to snapshot: volume class names (e.g. scratch,pfs: a volume "
+	  "per job) or absolute paths of volumes inside a class that its "
+	  "backend can snapshot alone (on btrfs: a subvolume).",
 	  1, OPT_VOLUMES, opt_cb },
 	{ "snapshot-consistency", "app|crash",
 	  "app (default): wait for every rank's checkpoint acknowledgement; "
