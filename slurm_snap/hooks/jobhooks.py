@@ -65,7 +65,7 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
             refused.append(Refusal(node=spec.node, path=spec.path, why=exc.kwargs.get("why") or str(exc)))
     if refused and cfg.hooks.failure_policy == "closed":
         # The job will not run: no notice to print, but report/show say why.
-        raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, refused))
+        raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
     jobdir = JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid)
     jobdir.write_job({
         "job_id": job.job_id, "restart_count": job.restart_count, "user": job.user, "nodes": list(job.nodes),
@@ -78,7 +78,7 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
         jobdir.write_notice(job.node, [
             f"prolog on {job.node} refused --snapshot-volumes {r.path}: {r.why}; the job runs without "
             f"snapshots of it (slurm-snap show {job.job_id})" for r in refused])
-        raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, refused))
+        raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
     resumed = ""
     if job.restart_count > 0 and job.node == job.head_node:
         from ..protocol import preempt
@@ -88,14 +88,14 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
     return f"prepared {len(mine)} volumes on {job.node}{resumed}"
 
 
-def _record_refusals(cfg: Config, inv, job: JobEnv, refused: list) -> bool:
+def _record_refusals(cfg: Config, inv, job: JobEnv, specs: list, refused: list) -> bool:
     """Into the inventory (through the service on a node); False if that
     failed, which is logged and left to the policy's own failure record: the
     refusal itself is what the hook reports either way."""
     from ..protocol.preempt import job_fields, recorder_for
 
     try:
-        recorder_for(cfg, inv).refused(job=job_fields(job), node=job.node,
+        recorder_for(cfg, inv).refused(job=job_fields(job), node=job.node, specs=specs,
                                        refused=[dataclasses.asdict(r) for r in refused])
         return True
     except SnapError as exc:

@@ -36,7 +36,7 @@ from . import ackledger, finalize
 from .. import states as S
 from .barrier import AckCollector
 from .cutter import VolumeInfo, assign_manifests, cut_all
-from ..inventory.records import AckRecord, SnapshotRecord, from_json, to_json
+from ..inventory.records import AckRecord, SnapshotRecord, VolumeSpec, from_json, to_json
 
 log = logging.getLogger(__name__)
 
@@ -186,17 +186,16 @@ class LocalRecorder:
         with self.inv.session() as repo:
             repo.event("hook-failed", f"{hook}: {detail}", job_id=job_id, node=node, level="error")
 
-    def refused(self, *, job: dict, node: str, refused: list) -> int:
+    def refused(self, *, job: dict, node: str, refused: list, specs: list) -> int:
         """A node Prolog refused declared volumes: mark them (creating the run's
-        rows if PrologSlurmctld has not recorded them yet) and say so in the
-        job's events. `job` is the Prolog's JobEnv as JSON (job_fields)."""
+        rows, `specs`, if PrologSlurmctld has not recorded them yet) and say so
+        in the job's events. `job` is the Prolog's JobEnv as JSON (job_fields)."""
         from sqlalchemy.exc import IntegrityError
 
-        from ..hooks.volumes import parse_declaration, specs_for_job
         from ..inventory import refusals
 
         items = [refusals.Refusal(**r) for r in refused]
-        specs = specs_for_job(self.cfg, parse_declaration(self.cfg, job["volumes"]), job["nodes"], job["job_id"])
+        specs = [s if isinstance(s, VolumeSpec) else from_json(VolumeSpec, s) for s in specs]
         for attempt in (1, 2):
             try:
                 with self.inv.session() as repo:
@@ -249,8 +248,8 @@ class RemoteRecorder:
     def hook_failed(self, **kw) -> None:
         self._call("hook-failed", **kw)
 
-    def refused(self, **kw) -> int:
-        return self._call("volume-refused", **kw)
+    def refused(self, *, specs: list, **kw) -> int:
+        return self._call("volume-refused", specs=[to_json(s) for s in specs], **kw)
 
 
 def recorder_for(cfg, inventory):

@@ -201,8 +201,7 @@ def serve(cfg, *, listen: str, pidfile: str | None, run_cli, ops) -> None:
     # each child. Each child importing it cost ~0.5 s of CPU, which a burst of
     # preempted jobs' Epilogs (3 requests each) turned into hooks that ran out
     # of budget on a 2-core controller. Modules only: no engine crosses a fork.
-    import slurm_snap.inventory.repository  # noqa: F401
-    import slurm_snap.protocol.finalize  # noqa: F401
+    from ..inventory import repository  # noqa: F401
     if pidfile:
         from ..fsio import atomic_write
 
