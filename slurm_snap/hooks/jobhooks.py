@@ -185,8 +185,8 @@ def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
         return "not preempted"
     from ..protocol import preempt
 
-    preempt.epilogslurmctld_mark(cfg, inv, job, t)
-    return f"preempted at {t}: set opened"
+    m = preempt.epilogslurmctld_mark(cfg, inv, job, t)
+    return f"preempted at {t}: set {m.set_id} " + ("opened" if m.created else f"already {m.state}")
 
 
 def epilog(cfg: Config, inv, job: JobEnv) -> str:

@@ -28,6 +28,7 @@ import datetime as dt
 import logging
 import os
 import time
+import typing
 
 from ..clock import utcnow
 from ..errors import NotFound
@@ -104,16 +105,24 @@ def _open_set(repo, cfg, job, *, preempt_time: dt.datetime | None, now: dt.datet
     return run, st, created
 
 
-def epilogslurmctld_mark(cfg, inventory, job, preempt_time, *, clock=utcnow) -> int:
+class Marked(typing.NamedTuple):
+    set_id: int
+    created: bool    # False: a node Epilog had opened it already
+    state: str
+
+
+def epilogslurmctld_mark(cfg, inventory, job, preempt_time, *, clock=utcnow) -> Marked:
     """Open the preemption set (QUIESCING, requested at PreemptTime); idempotent."""
     t = _as_time(preempt_time) or clock()
     with inventory.session() as repo:
         run, st, created = _open_set(repo, cfg, job, preempt_time=t, now=clock())
         if st.state == S.PENDING:
             repo.transition(st.id, S.QUIESCING, at=t)
+        # Under load the node Epilogs may have opened (even finalized) it first.
         repo.event("preempt", f"set {st.id} ({st.epoch}) opened at preemption {t:%Y-%m-%dT%H:%M:%SZ}"
-                   + ("" if created else " (already open)"), job_id=job.job_id, set_id=st.id)
-        return st.id
+                   + ("" if created else f" (already {st.state}: opened by a node Epilog)"),
+                   job_id=job.job_id, set_id=st.id)
+        return Marked(st.id, created, st.state)
 
 
 # How much of an Epilog's budget recording the parts and the verdict needs

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -76,7 +77,7 @@ def _log(env) -> dict:
 def test_with_the_clusters_slurm_conf_it_opens_the_set(env, capsys):
     assert run_named(_config(env, env.slurm_conf), "epilog-slurmctld") == 0
     rec = _log(env)
-    assert rec["status"] == "ok" and "set opened" in rec["message"], rec
+    assert rec["status"] == "ok" and re.fullmatch(r"preempted at \d+: set \d+ opened", rec["message"]), rec
     with env.inv.session() as repo:
         (st,) = repo.sets_of_job(env.job_id)
         assert (st.epoch, st.trigger, st.state) == ("preempt-0", "preempt", S.QUIESCING)
@@ -99,7 +100,7 @@ def test_slurmds_own_slurm_conf_wins_over_the_config(env, monkeypatch, capsys):
     """A node's slurmd passes SLURM_CONF to its hooks: that is Slurm's word."""
     monkeypatch.setenv("SLURM_CONF", env.slurm_conf)
     assert run_named(_config(env, "/somewhere/else/slurm.conf"), "epilog-slurmctld") == 0
-    assert "set opened" in _log(env)["message"]
+    assert re.fullmatch(r"preempted at \d+: set \d+ opened", _log(env)["message"])
 
 
 def test_doctor_names_the_missing_setting():
@@ -113,3 +114,21 @@ def test_doctor_names_the_missing_setting():
     (good,) = [f for f in doctor.check_slurm(cfg, {"SLURM_CONF": "/var/tmp/dev/etc/slurm.conf"}, [], "")
                if "slurmctld hooks reach Slurm" in f.what]
     assert good.ok
+
+
+def test_after_the_node_epilogs_finished_the_set_it_says_so(env, capsys):
+    """Under load the node Epilogs may open and finalize the set first: then
+    EpilogSlurmctld's words say what it found, not "opened"."""
+    from slurm_snap.protocol import preempt
+
+    cfg = _config(env, env.slurm_conf)
+    assert run_named(cfg, "epilog-slurmctld") == 0
+    with env.inv.session() as repo:
+        (st,) = repo.sets_of_job(env.job_id)
+        repo.transition(st.id, S.CUTTING)
+        repo.transition(st.id, S.FAILED, reason="test")
+    assert run_named(cfg, "epilog-slurmctld") == 0
+    assert re.fullmatch(r"preempted at \d+: set \d+ already FAILED", _log(env)["message"]), _log(env)
+    with env.inv.session() as repo:
+        last = repo.events(set_id=st.id)[-1].message
+    assert "(already FAILED: opened by a node Epilog)" in last
