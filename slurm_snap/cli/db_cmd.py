@@ -14,7 +14,10 @@ def command():
 @command.command("upgrade")
 @click.pass_obj
 def upgrade(ctx):
-    """Create the schema, or migrate it to the newest revision."""
+    """Create the schema, or migrate it to the newest revision.
+
+    The only command that creates or migrates the inventory: every other
+    command and hook reports a missing or older one as "not initialised" (exit 9)."""
     rev = ctx.inventory.upgrade()
     click.echo(f"inventory {db._redact(ctx.config.inventory.url)}: schema at revision {rev}")
 

@@ -39,6 +39,8 @@ def command(ctx, target, set_id, as_json):
     """Show one snapshot set: phases, barriers, volumes, drills, events, timeline.
 
     JOB means the job's newest set (any state); JOB.RESTART the newest of that run.
+    A run without a set (its volumes refused by a Prolog, or nothing cut yet) is
+    shown as the run: declared volumes, each refusal, the job's events.
     """
     from ..inventory import refusals
     from ..report.show import job_doc, render, render_job, show_doc
