@@ -12,16 +12,14 @@ Each is idempotent (Slurm may run a hook twice) and runs under hooks.policy.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-
-import dataclasses
 
 from .. import paths
 from ..config import Config
 from ..errors import PathError, SnapError, Unsupported, VolumesRefused
-from ..inventory.records import VolumeSpec
-from ..inventory.records import Refusal
+from ..inventory.records import Refusal, VolumeSpec
 from ..slurm.jobenv import JobEnv
 from ..jobdir import JobDir
 from .volumes import check_snapshottable, parse_declaration, specs_for_job
