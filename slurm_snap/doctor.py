@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from .config import Config
+from .slurm.commands import DEFAULT_SLURM_CONF
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,13 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
         out.append(Finding(any("slurm_snap" in ln and ".so" in ln for ln in lines),
                            "plugstack.conf loads slurm_snap.so",
                            "add the line from etc/plugstack.conf, then restart slurmd"))
+    conf = slurm.get("SLURM_CONF", "")
+    hooks_read = cfg.slurm.conf or DEFAULT_SLURM_CONF
+    if conf:
+        out.append(Finding(conf == hooks_read,
+                           f"the slurmctld hooks reach Slurm through {hooks_read} (slurmctld reads {conf})",
+                           f"set [slurm] conf = \"{conf}\" in {cfg.path}: PrologSlurmctld and EpilogSlurmctld "
+                           "run without SLURM_CONF, and EpilogSlurmctld cannot see a preemption without squeue"))
     need = budget_seconds(cfg)
     for p in partitions:
         mode = p.get("PreemptMode", "").upper()

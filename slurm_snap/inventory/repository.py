@@ -353,7 +353,9 @@ class Repository:
                 SnapshotSet.verified_at, SnapshotSet.skew_seconds, SnapshotSet.checkpoint_step,
                 SnapshotSet.manifest_ok, SnapshotSet.expected_parts, SnapshotSet.failed_nodes]
         if with_parts:
-            cols.append(select(func.count()).select_from(Snapshot).where(Snapshot.set_id == SnapshotSet.id)
+            # Parts that were cut (a MISSING part records a failure, not a volume cut).
+            cols.append(select(func.count()).select_from(Snapshot)
+                        .where(Snapshot.set_id == SnapshotSet.id, Snapshot.state != "MISSING")
                         .correlate(SnapshotSet).scalar_subquery().label("parts"))
         q = select(*cols).join(JobRun, JobRun.id == SnapshotSet.job_run_id).where(*_set_filter_conds(f))
         q = q.order_by(SnapshotSet.requested_at, SnapshotSet.id)
@@ -561,9 +563,9 @@ class Repository:
 
     def volume_rows(self, run_id: int, *, scope: str | None = None) -> list:
         """A run's volumes as plain rows (id, path, scope, node, volume_class,
-        backend, site, region): no ORM objects for a 1,000-node job."""
+        backend, site, region, refusal): no ORM objects for a 1,000-node job."""
         q = select(Volume.id, Volume.path, Volume.scope, Volume.node, Volume.volume_class, Volume.backend,
-                   Volume.site, Volume.region).where(Volume.job_run_id == run_id)
+                   Volume.site, Volume.region, Volume.refusal).where(Volume.job_run_id == run_id)
         if scope is not None:
             q = q.where(Volume.scope == scope)
         return list(self.s.execute(q.order_by(Volume.id)))
@@ -586,9 +588,11 @@ class Inventory:
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0):
         self.url = url
+        self.busy_timeout = busy_timeout
         self.engine = db.make_engine(url, busy_timeout=busy_timeout)
         self._factory = db.session_factory(self.engine)
         self._read_factory = db.session_factory(self.engine.execution_options(slurm_snap_readonly=True))
+        self._ready = False
 
     @classmethod
     def from_config(cls, cfg) -> "Inventory":
@@ -602,13 +606,28 @@ class Inventory:
         return cls(cfg.inventory.url, busy_timeout=cfg.inventory.busy_timeout)
 
     def upgrade(self) -> str:
-        return db.upgrade(self.engine)
+        """Create or migrate the schema: the only verb that may (db upgrade)."""
+        engine = db.make_engine(self.url, busy_timeout=self.busy_timeout, create=True)
+        try:
+            return db.upgrade(engine)
+        finally:
+            engine.dispose()
+
+    def revision(self) -> str | None:
+        """The schema revision in the database (None: none); creates nothing."""
+        db.check_ready_file(self.url)
+        return db.current_revision(self.engine)
 
     @contextlib.contextmanager
     def session(self, *, readonly: bool = False) -> Iterator[Repository]:
         """One transaction. `readonly` sessions never wait behind a writer on
         SQLite (WAL readers see the last committed state)."""
         factory = self._read_factory if readonly else self._factory
+        if not self._ready:
+            # Once per handle (the hooks open one per run): a missing or
+            # unmigrated inventory is named as such before any query fails on it.
+            db.check_ready(self.engine, self.url)
+            self._ready = True
         try:
             with factory() as session, session.begin():
                 yield Repository(session)
