@@ -222,12 +222,15 @@ class Checkpointer:
         agreement = self.agreement
         if agreement is None or agreement.failed:
             return Action(checkpoint=self._serve_local(), stop=flag.terminating or self._stop)
+        if not agreement.due():
+            # Between two exchanges (the agreed pace): nothing new is decided.
+            return Action(checkpoint=False, stop=self._stop)
         if not agreement.overlap:
             agreement.send(flag.pending and not flag.terminating, flag.terminating, step)
             return self._apply(agreement.collect(), step)
-        # Overlapped: the exchange sent at the previous boundary decides now,
-        # then this boundary's flags go out. Requests this decision serves
-        # are not sent again (the peers would checkpoint twice).
+        # Overlapped: the exchange sent at the previous exchange boundary
+        # decides now, then this boundary's flags go out. Requests this
+        # decision serves are not sent again (the peers would checkpoint twice).
         action = self._apply(agreement.collect(), step)
         if not agreement.failed:
             agreement.send(flag.pending and not flag.terminating and not action.checkpoint,
@@ -246,8 +249,8 @@ class Checkpointer:
             # Same exchange, different steps: the program calls decide() at
             # different points on different ranks. Keep exchanging (the
             # collectives stay matched) but never call the result one point.
-            self._agreement.failure = (f"failed: ranks were at steps {decided.step_min} to "
-                                       f"{decided.step_max} at one agreement")
+            self._agreement.give_up(f"failed: ranks were at steps {decided.step_min} to "
+                                    f"{decided.step_max} at one agreement")
         self._stop = self._stop or decided.stop
         if decided.checkpoint and not self._stop and not flag.terminating:
             if not flag.pending:

@@ -336,11 +336,14 @@ for step in range(1, 4):
 if rank == 1:
     os._exit(0)            # gone without a word: the peer's next agreement cannot complete
 t0 = time.monotonic()
-for step in range(4, 6):
+step = 3
+# The agreement paces its exchanges: the next one comes within max_pace boundaries.
+while not ckpt.agreement_state.startswith("failed") and step < 40:
+    step += 1
     ckpt.decide(step)
 print("failure", round(time.monotonic() - t0, 1), ckpt.agreement_state, flush=True)
 os.kill(os.getpid(), signal.SIGUSR1)
-for step in range(6, 100):
+for step in range(step + 1, step + 100):
     time.sleep(0.01)
     if ckpt.decide(step).checkpoint:
         print("ack", ckpt.commit(step, []), flush=True)
@@ -397,3 +400,40 @@ def test_launch_shim_keeps_a_launcher_alive_through_the_signal():
     missing = subprocess.run([sys.executable, "-m", "slurm_snap.client.launch", "/nonexistent/torchrun"],
                              capture_output=True, text=True, timeout=60, env=env)
     assert missing.returncode == 127 and "/nonexistent/torchrun" in missing.stderr
+
+
+PACE_SCRIPT = r"""
+import datetime, json, sys, time
+import torch.distributed as dist
+from slurm_snap.client import Checkpointer
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+env = {"SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_STEP_TASKS_PER_NODE": "2",
+       "SLURM_STEP_NUM_TASKS": "2"}
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=30))
+ckpt = Checkpointer(env=env, shield_children=False)
+seen = []
+for step in range(1, 81):
+    time.sleep(0.02 if rank == 0 else 0.02 + 0.01 * (step % 3))   # unequal step times: each proposes its own
+    ckpt.decide(step)
+    seen.append(ckpt.agreement.exchanges)
+ckpt.close()
+print(json.dumps({"seen": seen, "pace": ckpt.agreement.pace, "state": ckpt.agreement_state}))
+"""
+
+
+def test_ranks_agree_on_the_pace_and_exchange_at_the_same_boundaries(tmp_path):
+    """The agreement spaces its exchanges to stay within its budget of the
+    step; the pace each rank uses is the MAX of what they proposed, so all
+    exchange at the same boundaries (the collectives stay matched)."""
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "PYTHONPATH": REPO}
+    procs = [subprocess.Popen([sys.executable, "-c", PACE_SCRIPT, str(r), str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
+    out = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in out]
+    a, b = (json.loads(o[0]) for o in out)
+    assert a["state"] == b["state"] == "collective"
+    assert a["seen"] == b["seen"] and a["pace"] == b["pace"]
+    # More than one boundary apart once the cost was measured, never more than 16.
+    assert 1 < a["pace"] <= 16 and a["seen"][-1] < 80
