@@ -65,6 +65,9 @@ class ProtocolConfig:
     default_consistency: str = "app"
     # Seconds asked of Slurm for --signal at submit (cli_filter); 0 = the partition's GraceTime.
     grace: int = 0
+    # At preemption, rank 0 requeues the job as soon as every rank acknowledged
+    # (client/early.py) instead of letting it hold its nodes to GraceTime's end.
+    early_release: bool = True
 
 
 @dataclass(frozen=True)

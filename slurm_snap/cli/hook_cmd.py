@@ -33,6 +33,7 @@ def validate_options(ctx, volumes, consistency, resume_cmd):
     # the job's environment so ranks find the barrier area and the signal.
     click.echo(f"SLURM_SNAP_BARRIER_DIR={ctx.config.paths.barrier_dir}")
     click.echo(f"SLURM_SNAP_SIGNAL={ctx.config.protocol.checkpoint_signal}")
+    click.echo(f"SLURM_SNAP_EARLY_RELEASE={int(ctx.config.protocol.early_release)}")
     click.echo(f"SLURM_SNAP_CLASSES={','.join(sorted({d.vc.name for d in declared}))}")
 
 

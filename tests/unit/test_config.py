@@ -180,3 +180,17 @@ def test_ssh_addresses_come_before_the_host_template(write_config):
     vc = cfg.volume_class("scratch")
     t = factory.transport_for(cfg, vc, "n1")
     assert (t.host, t.port) == ("10.7.0.11", 2222)
+
+
+def test_early_release_is_on_by_default_and_can_be_turned_off(tmp_path):
+    from slurm_snap import config
+
+    p = tmp_path / "c.toml"
+    p.write_text("")
+    assert config.load(p).protocol.early_release is True
+    p.write_text("[protocol]\nearly_release = false\n")
+    assert config.load(p).protocol.early_release is False
+    p.write_text('[protocol]\nearly_release = "soon"\n')
+    with pytest.raises(Exception) as err:
+        config.load(p)
+    assert "early_release" in str(err.value)

@@ -92,6 +92,8 @@ def test_validate_options_cli(cfg, capsys):
     assert main(["--config", cfg.path, "hook", "validate-options", "--volumes", "scratch,pfs"]) == 0
     out = capsys.readouterr().out
     assert f"SLURM_SNAP_BARRIER_DIR={cfg.paths.barrier_dir}" in out
+    # The ranks learn from the site whether rank 0 may release the nodes early.
+    assert "SLURM_SNAP_EARLY_RELEASE=1\n" in out
     assert main(["--config", cfg.path, "hook", "validate-options", "--volumes", "nope"]) == errors.USAGE
     err = capsys.readouterr().err
     assert err.startswith("slurm-snap: ") and "'nope'" in err and err.count("\n") == 1
