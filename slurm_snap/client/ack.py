@@ -28,7 +28,7 @@ _FIELDS = {
     "version", "job_id", "epoch", "node", "rank", "local_rank", "local_size",
     "step", "written_at", "manifest",
 }
-_V2_FIELDS = {"world_size", "independent", "agreement"}
+_V2_FIELDS = {"world_size", "independent", "agreement", "signalled_at"}
 MAX_AGREEMENT = 255
 _ENTRY_FIELDS = {"path", "size", "sha256"}
 
@@ -60,6 +60,9 @@ class Ack:
     # How the step was chosen: "" (no process group), "collective" (all
     # ranks agreed on it), "failed: WHY" (the agreement did not complete).
     agreement: str = ""
+    # When this rank's checkpoint signal reached it (None: it never came,
+    # the rank joined its peers' checkpoint); the observed request time.
+    signalled_at: datetime | None = None
 
 
 def _bad(field: str, value, why: str) -> BadValueError:
@@ -183,16 +186,26 @@ def parse_ack(raw: bytes, expected_job_id, expected_epoch: str, max_bytes: int =
             agreement in ("", "collective") or agreement.startswith("failed")):
         raise _bad("agreement", agreement if isinstance(agreement, str) and len(agreement) < 80 else "...",
                    f'expected "", "collective" or "failed: why" (at most {MAX_AGREEMENT} characters)')
+    signalled_at = None
+    if data.get("signalled_at") is not None:
+        raw_at = data["signalled_at"]
+        try:
+            signalled_at = datetime.fromisoformat(raw_at) if isinstance(raw_at, str) else None
+        except ValueError:
+            signalled_at = None
+        if signalled_at is None or signalled_at.tzinfo is None:
+            raise _bad("signalled_at", raw_at, "expected an ISO 8601 time with a UTC offset, or null")
     return Ack(version=version, job_id=str(job_id), epoch=epoch, node=node, rank=rank,
                local_rank=local_rank, local_size=local_size, step=step, written_at=stamp,
                manifest=_manifest(data["manifest"]), world_size=world_size, independent=independent,
-               agreement=agreement)
+               agreement=agreement, signalled_at=signalled_at)
 
 
 def build_ack(*, job_id: str, epoch: str, node: str, rank: int, local_rank: int,
               local_size: int, step: int, written_at: datetime,
               manifest: Iterable[ManifestEntry], world_size: int | None = None,
-              independent: bool = False, agreement: str = "") -> bytes:
+              independent: bool = False, agreement: str = "",
+              signalled_at: datetime | None = None) -> bytes:
     """Serialise an ack; the inverse of parse_ack."""
     entries = []
     for entry in manifest:
@@ -205,6 +218,7 @@ def build_ack(*, job_id: str, epoch: str, node: str, rank: int, local_rank: int,
         "rank": rank, "local_rank": local_rank, "local_size": local_size, "step": step,
         "written_at": written_at.isoformat(timespec="microseconds"), "manifest": entries,
         "world_size": world_size, "independent": bool(independent), "agreement": agreement[:MAX_AGREEMENT],
+        "signalled_at": signalled_at.isoformat(timespec="microseconds") if signalled_at else None,
     }
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 

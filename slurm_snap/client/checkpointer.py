@@ -115,6 +115,7 @@ class Checkpointer:
         self._agreed = False       # the request being served was decided by the agreement
         self._stop = False         # the agreement said: stop
         self._boundaries = 0
+        self._seen_at: float | None = None   # when the request being served reached this rank
         self._commit_thread: threading.Thread | None = None
         self._commit_error: BaseException | None = None
         self._env = env
@@ -257,6 +258,7 @@ class Checkpointer:
                 # A peer was asked; this rank's own copy of the signal may
                 # still be on its way and must not start a second checkpoint.
                 flag.owed += 1
+            self._seen_at = flag.signalled_wall if flag.pending else None
             self._serving = flag.requests
             flag.serving = True
             self._agreed = True
@@ -282,6 +284,7 @@ class Checkpointer:
     def _serve_local(self) -> bool:
         if self._flag.pending and not self._flag.terminating:
             self._serving = self._flag.requests
+            self._seen_at = self._flag.signalled_wall
             self._flag.serving = True
             return True
         return False
@@ -354,9 +357,16 @@ class Checkpointer:
             job_id=self.job_id, epoch=epoch, node=self.node, rank=self.rank,
             local_rank=self.local_rank, local_size=self.local_size, step=step,
             written_at=datetime.now(timezone.utc), manifest=manifest, world_size=self.world_size,
-            independent=self.independent, agreement=self.agreement_state))
+            independent=self.independent, agreement=self.agreement_state,
+            signalled_at=self._signalled_at()))
         self._maybe_release_early(epoch)
         return ack_path
+
+    def _signalled_at(self) -> datetime | None:
+        """When the request being served reached this rank (its own signal),
+        None when the rank joined its peers' checkpoint without one."""
+        wall = self._seen_at
+        return None if wall is None else datetime.fromtimestamp(wall, timezone.utc)
 
     def _maybe_release_early(self, epoch: str) -> None:
         if (self.early_release and self.rank == 0 and self.world_size and self._early is None

@@ -93,6 +93,9 @@ def test_numeric_job_id_is_accepted_and_normalised():
     (good(manifest=[{"path": "/x", "size": 1, "mode": 5}]), "'mode'"),
     (good(manifest=[{"size": 1}]), "manifest[0].path"),
     (good(extra=1), "'extra'"),
+    (good(signalled_at="2025-01-02T03:04:05"), "'signalled_at'"),   # v1 has no such field
+    (good(version=2, signalled_at="2025-01-02T03:04:05"), "2025-01-02T03:04:05"),  # no offset
+    (good(version=2, signalled_at=5), "signalled_at"),
 ])
 def test_rejects_bad_field_naming_the_value(doc, named):
     with pytest.raises(BadValueError) as info:

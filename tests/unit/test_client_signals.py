@@ -217,3 +217,25 @@ def test_late_copy_after_joining_a_peers_checkpoint_is_not_a_new_request(tmp_pat
     assert (flag.requests, flag.owed, flag.pending) == (0, 0, False)
     deliver(signal.SIGTERM, ckpt)
     assert ckpt.terminating
+
+
+def test_acknowledgement_says_when_the_signal_reached_the_rank(tmp_path):
+    """The observed request time (issue 16): the moment this rank's signal
+    arrived, not a guess from Slurm's PreemptTime."""
+    from datetime import datetime, timezone
+
+    from slurm_snap.client import parse_ack
+
+    ckpt = Checkpointer(env={}, barrier_dir=str(tmp_path), job_id="7").install()
+    f = tmp_path / "w.pt"
+    f.write_bytes(b"w")
+    before = datetime.now(timezone.utc)
+    deliver(signal.SIGUSR1, ckpt)
+    after = datetime.now(timezone.utc)
+    assert ckpt.should_checkpoint()
+    ack = parse_ack(open(ckpt.commit(3, [f]), "rb").read(), "7", "preempt-0")
+    assert before <= ack.signalled_at <= after
+    # A rank that joined its peers' checkpoint without a signal says so: null.
+    joined = Checkpointer(env={}, barrier_dir=str(tmp_path), job_id="7", rank=1)
+    ack = parse_ack(open(joined.commit(3, [f]), "rb").read(), "7", "preempt-0")
+    assert ack.signalled_at is None
