@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from .config import Config
+from .slurm.duration import slurm_seconds
 
 
 @dataclass(frozen=True)
@@ -18,18 +19,6 @@ class Finding:
     ok: bool
     what: str
     fix: str = ""
-
-
-def parse_duration(raw: str) -> int | None:
-    """Slurm durations as printed by scontrol: "30", "00:00:30", "1-00:00:00", "UNLIMITED"."""
-    raw = raw.strip()
-    if raw.isdigit():
-        return int(raw)
-    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", raw)
-    if not m:
-        return None
-    d, h, mi, s = (int(x) if x else 0 for x in m.groups())
-    return ((d * 24 + h) * 60 + mi) * 60 + s
 
 
 def budget_seconds(cfg: Config) -> float:
@@ -73,13 +62,13 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
         mode = p.get("PreemptMode", "").upper()
         if mode not in ("REQUEUE", "CANCEL"):
             continue
-        grace = parse_duration(p.get("GraceTime", "0")) or 0
+        grace = slurm_seconds(p.get("GraceTime", "0")) or 0
         name = p.get("PartitionName", "?")
         out.append(Finding(grace >= need,
                            f"partition {name}: GraceTime {grace} s fits checkpoint + barrier ({need:g} s)",
                            f"raise GraceTime of {name} to at least {int(need) + 1} s, or lower "
                            f"timeouts.barrier in {cfg.path}"))
-    pet = parse_duration(slurm.get("PrologEpilogTimeout", "") or "")
+    pet = slurm_seconds(slurm.get("PrologEpilogTimeout"))
     if pet:
         out.append(Finding(cfg.timeouts.hook_budget < pet,
                            f"hook budget {cfg.timeouts.hook_budget:g} s is under PrologEpilogTimeout {pet} s",

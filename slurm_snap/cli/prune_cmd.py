@@ -37,8 +37,9 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
     interrupted prune is finished."""
     from ..access import current_caller, is_operator
     from ..restore.parts import backend_resolver
-    from ..restore.prune import Pruner
-    from ..restore.retention import Policy, parse_duration
+    from ..retention.policy import Policy
+    from ..retention.prune import Pruner
+    from ..slurm.duration import parse_duration
 
     cfg = ctx.config
     policy = Policy(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly,

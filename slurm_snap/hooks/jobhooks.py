@@ -124,13 +124,13 @@ def _preempt_time(cfg: Config, job: JobEnv) -> int:
 def _grace_seconds(cfg: Config, job: JobEnv) -> int:
     if cfg.protocol.grace:
         return cfg.protocol.grace
-    from ..doctor import parse_duration
     from ..slurm import commands
+    from ..slurm.duration import slurm_seconds
 
     try:
         for p in commands.show_partitions(timeout=cfg.timeouts.slurm_command):
             if p.get("PartitionName") == job.partition:
-                return parse_duration(p.get("GraceTime", "0")) or 0
+                return slurm_seconds(p.get("GraceTime", "0")) or 0
     except Exception as exc:
         log.warning("scontrol show partition failed: %s", exc)
     return 0
