@@ -29,7 +29,8 @@ NODES = ("n1", "n2")
 WORKER = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
-from slurm_snap.protocol.simulate import register_test_backends
+sys.path.insert(0, os.path.join(sys.argv[1], "tests"))
+from doubles import register_test_backends
 register_test_backends()
 from slurm_snap.cli import main
 from slurm_snap import access, config
