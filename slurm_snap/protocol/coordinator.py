@@ -18,6 +18,7 @@ find any snapshot cut but not recorded.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import gc
 import logging
 import secrets
@@ -48,6 +49,18 @@ def new_epoch() -> str:
     return "s" + secrets.token_hex(8)
 
 
+class Barrier(enum.StrEnum):
+    """How an on-demand set's barrier ended: the typed fact `slurm-snap
+    snapshot` picks its exit status from (never the reason's wording)."""
+
+    NOT_ASKED = "not-asked"     # crash consistency: no signal, no barrier
+    COMPLETE = "complete"       # every node's ranks acknowledged before the deadline
+    # The deadline passed before every node's ranks acknowledged, or the
+    # signal never reached them (then nobody is waited for). The set is still
+    # cut and recorded with the label it earned.
+    INCOMPLETE = "incomplete"
+
+
 @dataclass
 class Outcome:
     set_id: int
@@ -63,6 +76,7 @@ class Outcome:
     rejected_acks: dict[str, str] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)   # seconds each phase used
     deadline_seconds: float = 0.0
+    barrier: Barrier = Barrier.NOT_ASKED
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -150,6 +164,7 @@ class Coordinator:
             if wanted == "app":
                 collector, extra, volumes, pool = self._quiesce(out, dirs, job_id, epoch, requested_at,
                                                                 deadline_s, uid, nodes, run_id, t0)
+                out.barrier = Barrier.COMPLETE if collector.state.all_complete else Barrier.INCOMPLETE
                 if not collector.state.all_complete and not self.cfg.protocol.allow_crash_consistent:
                     return self._fail_barrier(out, collector, extra)
             else:
@@ -240,8 +255,10 @@ class Coordinator:
         t = time.monotonic()
         entries, outside = {}, []
         if collector is not None:
-            entries, outside = assign_manifests(
-                volumes, [(a.node, a.manifest) for a, _seen in collector.state.all_acks()])
+            # In the inventory's order (node, rank), as the Epilog's finalizer
+            # reads them: the reason lists files in the same order either way.
+            acks = sorted((a for a, _seen in collector.state.all_acks()), key=lambda a: (a.node, a.rank))
+            entries, outside = assign_manifests(volumes, [(a.node, a.manifest) for a in acks])
         cut_started = self.clock()
         self.hook("cutting")
         # The last acks and CUTTING are recorded (by this thread) while the
