@@ -14,6 +14,7 @@ from slurm_snap import access, errors
 from slurm_snap.cli import main
 from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Barrier, Coordinator
+from inventory_helpers import sets_of_job
 
 
 class Ranks:
@@ -216,7 +217,7 @@ def test_only_owner_or_operator_may_snapshot(tmp_path):
         coord(env, caller=access.Caller(uid=1234, name="mallory")).snapshot(env.job_id)
     assert "belongs to alice; mallory is neither" in str(exc.value)
     with env.inv.session() as repo:
-        assert repo.sets_of_job(env.job_id) == []
+        assert sets_of_job(repo, env.job_id) == []
     out = coord(env, caller=access.Caller(uid=1000, name="alice", via_sudo=True)).snapshot(
         env.job_id, consistency="crash")
     assert out.state == S.COMPLETE
@@ -316,7 +317,7 @@ def test_snapshots_cut_after_repair_labelled_the_set_are_removed(tmp_path):
     def repair_meanwhile(phase):
         if phase == "cut":  # every volume cut, nothing recorded yet
             with env.inv.session() as repo:
-                st = repo.sets_of_job(env.job_id)[-1]
+                st = sets_of_job(repo, env.job_id)[-1]
                 repo.transition(st.id, S.FAILED, reason="repair: deadline passed")
 
     c = coord(env, hook=repair_meanwhile)
@@ -326,6 +327,6 @@ def test_snapshots_cut_after_repair_labelled_the_set_are_removed(tmp_path):
     left = [n for d in snapdirs if os.path.isdir(d) for n in os.listdir(d) if n.startswith("slurm-snap-")]
     assert left == []
     with env.inv.session() as repo:
-        st = repo.sets_of_job(env.job_id)[-1]
+        st = sets_of_job(repo, env.job_id)[-1]
         assert st.state == S.FAILED and repo.snapshots(st.id) == []
         assert any("labelled FAILED by repair while cutting" in e.message for e in repo.events(job_id=env.job_id))
