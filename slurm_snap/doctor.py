@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from .config import Config
+from .slurm import hooknames
 from .slurm.duration import slurm_seconds
 
 
@@ -34,9 +35,8 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
     flags = slurm.get("PrologFlags", "")
     out.append(Finding("alloc" in flags.lower(), "PrologFlags includes Alloc (Prolog runs on every node at allocation)",
                        "add PrologFlags=Alloc to slurm.conf (without it the Prolog runs only where a step lands)"))
-    for key, name in (("Prolog", "slurm-snap-prolog"), ("Epilog", "slurm-snap-epilog"),
-                      ("PrologSlurmctld", "slurm-snap-prolog-slurmctld"),
-                      ("EpilogSlurmctld", "slurm-snap-epilog-slurmctld")):
+    for key in hooknames.ENTRY_POINTS:
+        name = hooknames.entry_point_name(key)
         val = slurm.get(key, "")
         out.append(Finding(name in val, f"{key} runs {name}",
                            f"set {key}=/path/to/{name} in slurm.conf (etc/slurm.conf.slurm-snap)"))

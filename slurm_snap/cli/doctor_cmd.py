@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from .. import doctor, errors
-from ..slurm import commands
+from ..slurm import commands, hooknames
 
 
 @click.command("doctor")
@@ -31,7 +31,7 @@ def command(ctx, no_slurm, no_nodes, node):
             text = None
         findings += doctor.check_slurm(cfg, slurm, parts, text)
         entry = slurm.get("PrologSlurmctld", "").split()
-        if entry and "slurm-snap-prolog-slurmctld" in entry[0]:
+        if entry and hooknames.entry_point_name("PrologSlurmctld") in entry[0]:
             try:
                 with open(entry[0], encoding="utf-8", errors="replace") as fh:
                     script = fh.read()

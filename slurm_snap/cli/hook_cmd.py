@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from .. import errors
+from ..slurm import hooknames
 
 
 @click.group("hook")
@@ -47,5 +48,5 @@ def _make(name):
     return click.command(name)(_cmd)
 
 
-for _name in ("prolog", "epilog", "prolog-slurmctld", "epilog-slurmctld"):
+for _name in hooknames.LISTED:
     command.add_command(_make(_name))

@@ -19,6 +19,7 @@ from .. import paths
 from ..config import Config
 from ..errors import PathError, Unsupported
 from ..inventory.records import VolumeSpec
+from ..slurm import hooknames
 from ..slurm.jobenv import JobEnv
 from ..jobdir import JobDir
 from .volumes import parse_declaration, specs_for_job
@@ -163,9 +164,9 @@ def epilog(cfg: Config, inv, job: JobEnv) -> str:
 
 
 HOOKS = {
-    "prolog": prolog,
-    "epilog": epilog,
-    "prolog-slurmctld": record_job,
-    "prolog-slurmctld-record": record_job,
-    "epilog-slurmctld": epilog_slurmctld,
+    hooknames.PROLOG: prolog,
+    hooknames.EPILOG: epilog,
+    hooknames.PROLOG_SLURMCTLD: record_job,
+    hooknames.PROLOG_SLURMCTLD_RECORD: record_job,
+    hooknames.EPILOG_SLURMCTLD: epilog_slurmctld,
 }

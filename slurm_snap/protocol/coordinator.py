@@ -32,6 +32,7 @@ from ..client.ack import MAX_ACK_BYTES
 from ..config import Config
 from ..errors import BadValueError, Busy, InvalidTransition, NotFound, SnapError
 from ..jobdir import JobDir
+from ..slurm import hooknames
 from . import finalize, owner
 from .ackledger import AckLedger
 from .. import states as S
@@ -122,7 +123,7 @@ class Coordinator:
                 # moment ago may not be there yet.
                 raise NotFound(f"job {job_id} not found in the inventory: it used no slurm-snap option, or "
                                "it started less than a second ago and PrologSlurmctld is still recording it "
-                               "(hooks.log: prolog-slurmctld-record)", what="job", value=str(job_id))
+                               f"(hooks.log: {hooknames.PROLOG_SLURMCTLD_RECORD})", what="job", value=str(job_id))
             access.require_owner_or_operator(self.cfg, caller, owner_uid=run.uid, owner_name=run.user_name,
                                              what=f"job {job_id}")
             run = repo.lock_job_run(run.id)
