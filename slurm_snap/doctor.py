@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from .config import Config
-from .slurm import hooknames
+from .slurm import clifilter, hooknames
 from .slurm.duration import slurm_seconds
 
 
@@ -54,9 +54,14 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
         out.append(Finding(False, "plugstack.conf readable", f"create {slurm.get('PlugStackConfig', 'plugstack.conf')}"))
     else:
         lines = [ln.strip() for ln in plugstack_text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-        out.append(Finding(any("slurm_snap" in ln and ".so" in ln for ln in lines),
-                           "plugstack.conf loads slurm_snap.so",
+        ours = [ln for ln in lines if "slurm_snap" in ln and ".so" in ln]
+        out.append(Finding(bool(ours), "plugstack.conf loads slurm_snap.so",
                            "add the line from etc/plugstack.conf, then restart slurmd"))
+        if ours:
+            obsolete = [a for ln in ours for a in ln.split() if a.startswith(("signal=", "grace="))]
+            out.append(Finding(not obsolete, "plugstack.conf's slurm_snap.so line carries only helper= and config=",
+                               f"remove {' '.join(obsolete)}: the plugin no longer reads them; the signal and "
+                               f"its time come from [protocol] in {cfg.path} (cli_filter.lua is written from it)"))
     need = budget_seconds(cfg)
     for p in partitions:
         mode = p.get("PreemptMode", "").upper()
@@ -74,6 +79,17 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
                            f"hook budget {cfg.timeouts.hook_budget:g} s is under PrologEpilogTimeout {pet} s",
                            f"lower timeouts.hook_budget in {cfg.path} below {pet} s"))
     return out
+
+
+def check_cli_filter(cfg: Config, path: str, text: str | None) -> list[Finding]:
+    """cli_filter.lua asks Slurm for the signal and time the configuration names."""
+    fix = f"slurm-snap config cli-filter etc/cli_filter.lua > {path}"
+    if text is None:
+        return [Finding(False, f"cli_filter.lua readable at {path}", fix)]
+    sig, secs = clifilter.wanted(cfg)
+    got = clifilter.settings(text)
+    return [Finding(got == (sig, secs), f"cli_filter.lua asks for --signal={sig}@{secs} "
+                                        f"(has {got[0] or '?'}@{got[1] if got[1] is not None else '?'})", fix)]
 
 
 def check_entry_point(cfg: Config, path: str, text: str | None) -> list[Finding]:
