@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from .. import errors
+from .. import states as S
 from ..slurm import hooknames
 
 
@@ -16,7 +17,7 @@ def command():
 
 @command.command("validate-options")
 @click.option("--volumes", default=None, help="The --snapshot-volumes value as given.")
-@click.option("--consistency", default="app", show_default=True)
+@click.option("--consistency", default=S.WANT_APP, show_default=True)
 @click.option("--resume-cmd", default="", help="The --snapshot-resume-cmd value as given.")
 @click.pass_obj
 def validate_options(ctx, volumes, consistency, resume_cmd):

@@ -7,6 +7,7 @@ import json
 import click
 
 from .. import errors
+from ..clock import utcnow
 from .context import JobIdType
 
 
@@ -55,7 +56,7 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
             raise errors.PermissionDenied(why=f"sets of {user} belong to {user}; {caller.name} is not an operator")
         user = caller.name
     pruner = Pruner(ctx.inventory, backend_resolver(cfg))
-    decisions, sets = pruner.plan(policy, lambda: dt.datetime.now(dt.timezone.utc), job_id=job_id, user=user)
+    decisions, sets = pruner.plan(policy, utcnow, job_id=job_id, user=user)
     result = pruner.apply(decisions) if apply_ else None
     if as_json:
         click.echo(json.dumps({

@@ -12,7 +12,7 @@ from .context import JobIdType
 
 @click.command("snapshot")
 @click.argument("job_id", type=JobIdType(), metavar="JOBID")
-@click.option("--consistency", type=click.Choice(["app", "crash"]), default=None,
+@click.option("--consistency", type=click.Choice(S.WANTED), default=None,
               help="app: signal the ranks and wait for every barrier; crash: cut at once, no signal "
                    "[default: protocol.default_consistency].")
 @click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",

@@ -62,7 +62,7 @@ class DrillQueries:
         """Newest set of the job a restore drill may use: restorable and app- or crash-consistent."""
         q = select(SnapshotSet).where(SnapshotSet.job_id == job_id,
                                       SnapshotSet.state.in_(tuple(S.RESTORABLE)),
-                                      SnapshotSet.consistency.in_((S.APP, S.CRASH)))
+                                      SnapshotSet.consistency.in_(sorted(S.DRILLABLE)))
         return self.s.scalar(q.order_by(SnapshotSet.requested_at.desc(), SnapshotSet.id.desc()).limit(1))
 
     def live_volume_paths(self) -> list[tuple[str, int]]:

@@ -13,6 +13,8 @@ from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, 
                         TypeDecorator, UniqueConstraint, false)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from ..states import WANT_APP
+
 
 class UTCDateTime(TypeDecorator):
     """Store naive UTC, hand back aware UTC; refuse naive input (a local time
@@ -113,7 +115,7 @@ class SnapshotSet(Base):
     user_name: Mapped[str64] = mapped_column(index=True)
     epoch: Mapped[str64]
     trigger: Mapped[str] = mapped_column(String(16))
-    wanted: Mapped[str] = mapped_column(String(16), default="app")
+    wanted: Mapped[str] = mapped_column(String(16), default=WANT_APP)
     consistency: Mapped[str] = mapped_column(String(24), default="none")
     state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")

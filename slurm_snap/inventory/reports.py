@@ -11,6 +11,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, selectinload
 from sqlalchemy.sql.expression import ColumnElement
 
+from ..clock import aware
 from ..errors import NotFound
 from .. import states as S
 from .models import Event, JobRun, RestoreTest, Snapshot, SnapshotSet, Volume
@@ -162,7 +163,7 @@ class ReportQueries:
 def _aware(t):
     if isinstance(t, str):  # SQLite aggregate bypasses the TypeDecorator
         t = dt.datetime.fromisoformat(t)
-    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    return aware(t)
 
 
 # Largest IN list per statement: below SQLite's oldest bound-parameter limit (999).

@@ -33,7 +33,7 @@ class SetQueries:
 
     s: Session
 
-    def create_set(self, run: JobRun, *, epoch: str, trigger: str, wanted: str = "app",
+    def create_set(self, run: JobRun, *, epoch: str, trigger: str, wanted: str = S.WANT_APP,
                    deadline: dt.datetime | None = None, owner: str = "",
                    requested_at: dt.datetime | None = None) -> tuple[SnapshotSet, bool]:
         """Get or create the set of (job run, epoch). Returns (set, created).

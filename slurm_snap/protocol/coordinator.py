@@ -143,8 +143,8 @@ class Coordinator:
 
     def snapshot(self, job_id: int, *, consistency: str | None = None, deadline: float | None = None) -> Outcome:
         wanted = consistency or self.cfg.protocol.default_consistency
-        if wanted not in ("app", "crash"):
-            raise BadValueError(what="consistency", value=wanted, why="must be app or crash")
+        if wanted not in S.WANTED:
+            raise BadValueError(what="consistency", value=wanted, why=f"must be {' or '.join(S.WANTED)}")
         deadline_s = self.cfg.timeouts.barrier if deadline is None else float(deadline)
         if not deadline_s > 0:
             raise BadValueError(what="deadline", value=deadline, why="must be a positive number of seconds")
@@ -162,7 +162,7 @@ class Coordinator:
             dirs = JobDir(self.cfg.paths.barrier_dir, job_id).ensure(uid)
             collector = None
             extra: list[str] = []
-            if wanted == "app":
+            if wanted == S.WANT_APP:
                 collector, extra, volumes, pool = self._quiesce(out, dirs, job_id, epoch, requested_at,
                                                                 deadline_s, uid, nodes, run_id, t0)
                 out.barrier = Barrier.COMPLETE if collector.state.all_complete else Barrier.INCOMPLETE

@@ -29,9 +29,6 @@ from .. import states as S
 KEEP = "keep"
 DELETE = "delete"
 
-DRILLABLE_CONSISTENCY = frozenset({S.APP, S.CRASH})
-
-
 @dataclass(frozen=True)
 class SetSummary:
     id: int
@@ -76,7 +73,7 @@ class Decision:
 
 
 def restorable(s: SetSummary) -> bool:
-    return s.state in S.RESTORABLE and s.consistency in DRILLABLE_CONSISTENCY
+    return S.drillable(s.state, s.consistency)
 
 
 def _day(t: dt.datetime) -> str:

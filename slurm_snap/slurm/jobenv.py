@@ -8,6 +8,7 @@ import pwd
 from dataclasses import dataclass, field
 
 from ..errors import BadValueError
+from ..states import WANT_APP
 from . import hostlist
 
 SPANK = "SPANK_SLURM_SNAP"
@@ -76,7 +77,7 @@ def from_environ(env=None) -> JobEnv:
         opted_in=env.get(SPANK) == "1",
         on_preempt=env.get(f"{SPANK}_ON_PREEMPT") == "1",
         volumes=tuple(v for v in vols.split(",") if v) if vols else (),
-        consistency=env.get(f"{SPANK}_CONSISTENCY") or "app",
+        consistency=env.get(f"{SPANK}_CONSISTENCY") or WANT_APP,
         resume_cmd=env.get(f"{SPANK}_RESUME_CMD", ""),
         exit_code=int(env["SLURM_JOB_EXIT_CODE"]) if env.get("SLURM_JOB_EXIT_CODE", "").isdigit() else None,
     )
