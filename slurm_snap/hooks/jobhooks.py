@@ -137,12 +137,18 @@ def _grace_seconds(cfg: Config, job: JobEnv) -> int:
     return 0
 
 
-def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
+def _not_preempted(cfg: Config, job: JobEnv) -> tuple[str, int]:
+    """(why the epilogs have nothing to do, "" when preempted; PreemptTime)."""
     if not job.on_preempt:
-        return "not --snapshot-on-preempt"
+        return "not --snapshot-on-preempt", 0
     t = _preempt_time(cfg, job)
-    if not t:
-        return "not preempted"
+    return ("" if t else "not preempted"), t
+
+
+def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
+    why, t = _not_preempted(cfg, job)
+    if why:
+        return why
     from ..protocol import preempt
 
     preempt.epilogslurmctld_mark(cfg, inv, job, t)
@@ -150,11 +156,9 @@ def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
 
 
 def epilog(cfg: Config, inv, job: JobEnv) -> str:
-    if not job.on_preempt:
-        return "not --snapshot-on-preempt"
-    t = _preempt_time(cfg, job)
-    if not t:
-        return "not preempted"
+    why, t = _not_preempted(cfg, job)
+    if why:
+        return why
     from ..protocol import preempt
 
     from .policy import remaining

@@ -82,20 +82,17 @@ class SetQueries:
         stamp = _PHASE_STAMP.get(new)
         if stamp and getattr(st, stamp) is None:
             setattr(st, stamp, at or utcnow())
-        for key, value in fields.items():
-            if not hasattr(SnapshotSet, key):
-                raise AttributeError(key)
-            setattr(st, key, value)
-        self.s.flush()
-        return st
+        return self._set_fields(st, fields)
 
     def update_set(self, set_id: int, **fields: Any) -> SnapshotSet:
         """Set fields that are not state (barrier time, skew, reason)."""
         if "state" in fields:
             raise ValueError("use transition() to change state")
-        st = self.get_set(set_id, lock=True)
+        return self._set_fields(self.get_set(set_id, lock=True), fields)
+
+    def _set_fields(self, st: SnapshotSet, fields: dict[str, Any]) -> SnapshotSet:
         for key, value in fields.items():
-            if not hasattr(SnapshotSet, key):
+            if not hasattr(SnapshotSet, key):  # a typo must not become a silent new attribute
                 raise AttributeError(key)
             setattr(st, key, value)
         self.s.flush()

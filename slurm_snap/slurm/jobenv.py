@@ -4,9 +4,9 @@ variables our plugin set at submit time (docs/contracts.md)."""
 from __future__ import annotations
 
 import os
-import pwd
 from dataclasses import dataclass, field
 
+from ..access import user_name
 from ..errors import BadValueError
 from ..states import WANT_APP
 from . import hostlist
@@ -61,7 +61,7 @@ def _int(env, key: str, default: int | None = None) -> int:
 def from_environ(env=None) -> JobEnv:
     env = os.environ if env is None else env
     uid = _int(env, "SLURM_JOB_UID")
-    user = env.get("SLURM_JOB_USER") or _user_of(uid)
+    user = env.get("SLURM_JOB_USER") or user_name(uid)
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     vols = env.get(f"{SPANK}_VOLUMES", "")
     return JobEnv(
@@ -82,9 +82,3 @@ def from_environ(env=None) -> JobEnv:
         exit_code=int(env["SLURM_JOB_EXIT_CODE"]) if env.get("SLURM_JOB_EXIT_CODE", "").isdigit() else None,
     )
 
-
-def _user_of(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
