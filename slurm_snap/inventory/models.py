@@ -2,7 +2,7 @@
 
 Portable across SQLite, PostgreSQL and MariaDB: no server-specific types or
 defaults; timestamps go through UTCDateTime because SQLite keeps no zone.
-Queries do not live here: see repository.py.
+Queries do not live here: see the query modules beside it (repository.py lists them).
 """
 from __future__ import annotations
 
