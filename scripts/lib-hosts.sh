@@ -9,6 +9,8 @@
 # Mount namespaces are files under STATE/ns (a private bind mount of itself,
 # so the kernel lets nsfs be mounted there). Inside host H:
 #   STATE/local          <- STATE/hosts/H         (its /etc, logs, run, spool)
+#   /etc/hosts           <- STATE/hosts/H/etc/hosts (every host by name; the
+#                           machine's host name as H's own address)
 #   STATE/mnt/scratch    <- STATE/disks/H/scratch  (nodes: its own btrfs)
 #   STATE/mnt/xscratch   <- STATE/disks/H/xscratch (nodes: its own XFS)
 #   STATE/mnt/pfs, STATE/mnt/xfs                   (shared, every host)
@@ -158,11 +160,29 @@ foreign_mounts() {
 	}' | sort -rn | cut -f2-
 }
 
+# The names a site's DNS gives: every host by name, and the machine's own
+# host name (which every namespace shares) as this host's address, so that a
+# program binding to "my address" (gloo, torchrun's agent) gets this host's.
+write_hosts_file() {
+	local h=$1 other me
+	me=$(uname -n)
+	{
+		printf '127.0.0.1\tlocalhost\n'
+		printf '%s\t%s %s\n' "$(host_addr "$h")" "$h" "${me%%.*}"
+		for other in $HOSTS; do
+			[ "$other" = "$h" ] || printf '%s\t%s\n' "$(host_addr "$other")" "$other"
+		done
+	} >"$STATE/hosts/$h/etc/hosts"
+	chmod 0644 "$STATE/hosts/$h/etc/hosts"
+}
+
 host_mounts() {
 	local h=$1 target d
 	while IFS= read -r target; do
 		in_mounts "$h" umount -l "$target" 2>/dev/null || log "warning: $h: cannot detach $target"
 	done < <(foreign_mounts "$h")
+	write_hosts_file "$h"
+	in_mounts "$h" mount --bind "$STATE/hosts/$h/etc/hosts" /etc/hosts
 	in_mounts "$h" mount --bind "$STATE/hosts/$h" "$STATE/local"
 	if is_node "$h"; then
 		in_mounts "$h" mount --bind "$STATE/disks/$h/scratch" "$STATE/mnt/scratch"

@@ -46,7 +46,7 @@ static int export_result(spank_t sp, char *out)
 		/* The marker and the option variables are ours to set, not the helper's. */
 		if (!strcmp(line, "SLURM_SNAP") || !strcmp(line, "SLURM_SNAP_ON_PREEMPT") ||
 		    !strcmp(line, "SLURM_SNAP_VOLUMES") || !strcmp(line, "SLURM_SNAP_CONSISTENCY") ||
-		    !strcmp(line, "SLURM_SNAP_RESUME_CMD"))
+		    !strcmp(line, "SLURM_SNAP_RESUME_CMD") || !strcmp(line, "SLURM_SNAP_INDEPENDENT"))
 			continue;
 		if (++count > MAX_RESULT_VARS) {
 			slurm_error(PREFIX "helper printed more than %d result lines", MAX_RESULT_VARS);
@@ -83,6 +83,9 @@ int snap_local_post_opt(spank_t sp, const struct snap_options *o)
 	if (export_env(sp, "SLURM_SNAP", "1") < 0)
 		return -1;
 	if (o->on_preempt && export_env(sp, "SLURM_SNAP_ON_PREEMPT", "1") < 0)
+		return -1;
+	/* The ranks read it as SLURM_SNAP_INDEPENDENT (remote.c's copy). */
+	if (o->independent && export_env(sp, "SLURM_SNAP_INDEPENDENT", "1") < 0)
 		return -1;
 	if (o->volumes && export_env(sp, "SLURM_SNAP_VOLUMES", o->volumes) < 0)
 		return -1;

@@ -29,6 +29,7 @@ enum opt_id {
 	OPT_VOLUMES,
 	OPT_CONSISTENCY,
 	OPT_RESUME_CMD,
+	OPT_INDEPENDENT,
 };
 
 /*
@@ -57,6 +58,10 @@ static struct spank_option options[] = {
 	  "Command recorded with the job that restore drills run to check a "
 	  "snapshot can be resumed from.",
 	  1, OPT_RESUME_CMD, opt_cb },
+	{ "snapshot-independent-ranks", NULL,
+	  "The ranks checkpoint independently (no shared model): ranks at "
+	  "different steps still make an app-consistent set.",
+	  0, OPT_INDEPENDENT, opt_cb },
 	SPANK_OPTIONS_TABLE_END
 };
 
@@ -89,6 +94,9 @@ static int opt_cb(int val, const char *optarg, int remote)
 		return set_string(&ctx.consistency, optarg);
 	case OPT_RESUME_CMD:
 		return set_string(&ctx.resume_cmd, optarg);
+	case OPT_INDEPENDENT:
+		ctx.independent = 1;
+		return 0;
 	}
 	return -1;
 }

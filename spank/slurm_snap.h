@@ -35,6 +35,7 @@
 struct snap_options {
 	int given;            /* any slurm-snap option seen */
 	int on_preempt;
+	int independent;      /* --snapshot-independent-ranks */
 	char *volumes;
 	char *consistency;
 	char *resume_cmd;

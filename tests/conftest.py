@@ -27,6 +27,23 @@ def _scrub_env(monkeypatch):
             monkeypatch.delenv(key, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _signal_state():
+    """A client installed by a test blocks its request signals in this
+    process and starts a sigwait thread: undo both, newest first, and put
+    the mask back as it was."""
+    import signal
+
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    if "slurm_snap.client.signals" in sys.modules:
+        from slurm_snap.client.signals import SignalFlag
+
+        for flag in reversed(list(SignalFlag.installed)):
+            flag.uninstall()
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 def _reset_pg(url: str) -> None:
     from sqlalchemy import create_engine, text
 

@@ -3,23 +3,30 @@
     ckpt = Checkpointer(); ckpt.install()
     for step in ...:
         train_one_step()
-        if ckpt.should_checkpoint():
+        action = ckpt.decide(step)       # same place on every rank
+        if action.checkpoint:
             files = save_my_checkpoint(step)
             ckpt.commit(step, files)
             ckpt.wait_for_release(timeout=60)
-        if ckpt.terminating:
+        if action.stop:
             break
+
+With a torch.distributed process group, decide() is one step agreement
+across the job (client/agree.py); without one, each rank decides alone.
 """
 from __future__ import annotations
 
 import os
 import signal
 import stat
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from slurm_snap.client import slurmenv
 from slurm_snap.client.ack import ManifestEntry, build_ack
+from slurm_snap.client.agree import DEFAULT_TIMEOUT, StepAgreement, distributed
 from slurm_snap.client.marker import mark_first_step
 from slurm_snap.client.signals import SignalFlag, parse_signal
 from slurm_snap.errors import BadValueError, NotFound, UsageError
@@ -29,33 +36,81 @@ from slurm_snap.watch import wait_for_path
 
 DEFAULT_SIGNALS = ("SIGUSR1", "SIGTERM")
 PREEMPT_EPOCH_PREFIX = "preempt-"
+INDEPENDENT_ENV = "SLURM_SNAP_INDEPENDENT"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+@dataclass(frozen=True)
+class Action:
+    """What every rank does at this step boundary: checkpoint now, and/or
+    stop training (the job is being terminated)."""
+
+    checkpoint: bool
+    stop: bool
+
+
+def _env_bool(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise BadValueError(what=f"environment variable {name}", value=env.get(name), why="expected 1 or 0")
 
 
 class Checkpointer:
     def __init__(self, signals: Iterable | None = None, barrier_dir: str | None = None,
                  job_id: str | None = None, node: str | None = None, rank: int | None = None,
                  local_rank: int | None = None, local_size: int | None = None,
-                 restart_count: int | None = None, env: Mapping[str, str] | None = None):
+                 restart_count: int | None = None, env: Mapping[str, str] | None = None, *,
+                 world_size: int | None = None, independent: bool | None = None,
+                 lockstep: bool | None = None, group=None, agreement_timeout: float = DEFAULT_TIMEOUT,
+                 overlap: bool = True, chain: bool = True, shield_children: bool = True):
         env = os.environ if env is None else env
         if signals is None:
             configured = env.get("SLURM_SNAP_SIGNAL")
             # The site's configured signal replaces SIGUSR1; SIGTERM always stays.
             signals = (configured, "SIGTERM") if configured else DEFAULT_SIGNALS
-        self._flag = SignalFlag(parse_signal(s) for s in signals)
+        self._flag = SignalFlag((parse_signal(s) for s in signals), chain=chain,
+                                shield_children=shield_children)
         self.barrier_dir = barrier_dir if barrier_dir is not None else (env.get("SLURM_SNAP_BARRIER_DIR") or None)
         if self.barrier_dir is not None and not os.path.isabs(self.barrier_dir):
             raise BadValueError(what="barrier directory", value=self.barrier_dir, why="must be an absolute path")
         job_id = job_id if job_id is not None else (env.get("SLURM_JOB_ID") or None)
         self.job_id = check_name("job id", str(job_id)) if job_id is not None else None
         self.node = check_name("node name", node if node is not None else slurmenv.node_name_from_env(env))
-        self.rank = self._int("rank", rank, slurmenv.int_from_env("SLURM_PROCID", env), 0)
-        self.local_rank = self._int("local rank", local_rank, slurmenv.int_from_env("SLURM_LOCALID", env), 0)
-        self.local_size = self._int("local size", local_size, slurmenv.local_size_from_env(env), 1)
-        if self.local_size < 1 or self.local_rank >= self.local_size:
-            raise BadValueError(what="local rank", value=self.local_rank,
-                                why=f"must be in 0..{self.local_size - 1} (local size {self.local_size})")
+        # Who must answer comes from the launcher (torchrun's variables, else
+        # Slurm's), never from whichever acknowledgements happen to arrive.
+        ident = slurmenv.identity_from_env(env)
+        self.launcher = ident.launcher
+        self.rank = self._int("rank", rank, ident.rank, 0)
+        self.local_rank = self._int("local rank", local_rank, ident.local_rank, 0)
+        self.local_size = self._int("local size", local_size, ident.local_size, 1)
+        self.world_size = world_size if world_size is not None else ident.world_size
+        if self.world_size is not None:
+            self.world_size = self._int("world size", self.world_size, None, None)
+        slurmenv.check_identity(slurmenv.Identity(self.rank, self.local_rank, self.local_size,
+                                                  self.world_size, self.launcher))
         self.restart_count = self._int("restart count", restart_count,
                                        slurmenv.int_from_env("SLURM_RESTART_COUNT", env), 0)
+        # Ranks that checkpoint on their own (no shared model): mixed steps
+        # are then one consistent point. The job says so (--snapshot-independent-ranks
+        # sets SLURM_SNAP_INDEPENDENT=1) or the program does.
+        self.independent = _env_bool(env, INDEPENDENT_ENV) if independent is None else bool(independent)
+        if lockstep and self.independent:
+            raise BadValueError(what="lockstep", value=lockstep, why="a job cannot be both lockstep and independent")
+        self._lockstep = lockstep
+        self._group = group
+        self._agreement_timeout = agreement_timeout
+        self._overlap = overlap
+        self._agreement: StepAgreement | None = None
+        self._agreement_checked = False
+        self._agreed = False       # the request being served was decided by the agreement
+        self._stop = False         # the agreement said: stop
+        self._boundaries = 0
+        self._commit_thread: threading.Thread | None = None
+        self._commit_error: BaseException | None = None
         self._env = env
         self._serving = 0          # request counter value being served
         self._epoch: str | None = None  # fixed for the request being served
@@ -90,7 +145,21 @@ class Checkpointer:
         return self
 
     def uninstall(self) -> None:
+        self.close()
         self._flag.uninstall()
+
+    def close(self) -> None:
+        """Finish an overlapped agreement still in flight and a commit_async
+        still writing; call before destroying the process group."""
+        self._join_commit()
+        if self._agreement is not None:
+            self._agreement.close()
+
+    def __enter__(self) -> "Checkpointer":
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.uninstall()
 
     @property
     def terminating(self) -> bool:
@@ -104,10 +173,107 @@ class Checkpointer:
             return None
         return signal.Signals(self._flag.signum).name, self._flag.signalled_at
 
-    def should_checkpoint(self) -> bool:
-        """Call at a step boundary; True when a checkpoint was requested."""
+    # -- one decision per step boundary -----------------------------------
+    @property
+    def agreement(self) -> StepAgreement | None:
+        """The step agreement in use (None: this rank decides alone)."""
+        if not self._agreement_checked:
+            self._agreement_checked = True
+            if self.independent or self._lockstep is False:
+                return None
+            if self._group is not None or distributed() is not None:
+                self._agreement = StepAgreement(self._group, timeout=self._agreement_timeout,
+                                                overlap=self._overlap)
+                if self._agreement.rank != self.rank or (self.world_size is not None
+                                                         and self._agreement.world_size != self.world_size):
+                    raise BadValueError(
+                        what="process group", value=f"rank {self._agreement.rank} of {self._agreement.world_size}",
+                        why=f"the launcher says rank {self.rank} of {self.world_size}: acknowledgements "
+                            "would name the wrong rank")
+                self.world_size = self._agreement.world_size
+            elif self._lockstep:
+                raise UsageError("slurm-snap client: lockstep=True but no torch.distributed process group "
+                                 "with more than one rank is initialised")
+        return self._agreement
+
+    @property
+    def agreement_state(self) -> str:
+        """What acknowledgements say about how the step was chosen."""
+        agreement = self._agreement
+        if agreement is None:
+            return ""
+        return agreement.failure or "collective"
+
+    def decide(self, step: int) -> Action:
+        """Call once per step, at the same point on every rank. In a lockstep
+        job (a process group) every rank gets the same answer at the same
+        step: checkpoint when any rank was asked, stop when any rank is
+        terminating. Alone, the answer is this rank's own flags."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise BadValueError(what="step", value=step, why="expected an integer >= 0")
+        self._boundaries += 1
+        flag = self._flag
+        agreement = self.agreement
+        if agreement is None or agreement.failed:
+            return Action(checkpoint=self._serve_local(), stop=flag.terminating or self._stop)
+        if not agreement.overlap:
+            agreement.send(flag.pending and not flag.terminating, flag.terminating, step)
+            return self._apply(agreement.collect(), step)
+        # Overlapped: the exchange sent at the previous boundary decides now,
+        # then this boundary's flags go out. Requests this decision serves
+        # are not sent again (the peers would checkpoint twice).
+        action = self._apply(agreement.collect(), step)
+        if not agreement.failed:
+            agreement.send(flag.pending and not flag.terminating and not action.checkpoint,
+                           flag.terminating, step)
+        return action
+
+    def _apply(self, decided, step: int) -> Action:
+        flag = self._flag
+        if decided is None:
+            if self._agreement is not None and self._agreement.failed:
+                # The collective failed: decide alone from now on; the
+                # acknowledgements say the agreement failed.
+                return Action(checkpoint=self._serve_local(), stop=flag.terminating or self._stop)
+            return Action(checkpoint=False, stop=False)   # the first overlapped boundary
+        if decided.step_min != decided.step_max and not self._agreement.failure:
+            # Same exchange, different steps: the program calls decide() at
+            # different points on different ranks. Keep exchanging (the
+            # collectives stay matched) but never call the result one point.
+            self._agreement.failure = (f"failed: ranks were at steps {decided.step_min} to "
+                                       f"{decided.step_max} at one agreement")
+        self._stop = self._stop or decided.stop
+        if decided.checkpoint and not self._stop and not flag.terminating:
+            if not flag.pending:
+                # A peer was asked; this rank's own copy of the signal may
+                # still be on its way and must not start a second checkpoint.
+                flag.owed += 1
+            self._serving = flag.requests
+            flag.serving = True
+            self._agreed = True
+            # Fixed now: a rank asked by its peers has no pending request to
+            # fix it later, and all must serve the same epoch.
+            self._epoch = self._current_epoch() if self.enabled else None
+            return Action(checkpoint=True, stop=False)
+        return Action(checkpoint=False, stop=self._stop)
+
+    def should_checkpoint(self, step: int | None = None) -> bool:
+        """Call at a step boundary; True when a checkpoint was requested
+        (for every rank, with a process group: see decide())."""
+        if self.agreement is not None and not self.agreement.failed:
+            return self.decide(self._boundaries if step is None else step).checkpoint
+        return self._serve_local()
+
+    @property
+    def stopping(self) -> bool:
+        """The job decided to stop (every rank of a lockstep job at the same
+        step; alone: this rank is terminating)."""
+        return self._stop or (self._agreement is None and self._flag.terminating)
+
+    def _serve_local(self) -> bool:
         if self._flag.pending and not self._flag.terminating:
             self._serving = self._flag.requests
+            self._flag.serving = True
             return True
         return False
 
@@ -119,14 +285,18 @@ class Checkpointer:
         a request). Fixed once computed, until the request is served."""
         if self._epoch is not None:
             return self._epoch
+        epoch = self._current_epoch()
+        if self._flag.pending:
+            self._epoch = epoch
+        return epoch
+
+    def _current_epoch(self) -> str:
         jd = self.jobdir
         request = jd.read_request()
         if request is not None and jd.request_is_current(request):
             epoch = request["epoch"]
         else:
             epoch = f"{PREEMPT_EPOCH_PREFIX}{self.restart_count}"
-        if self._flag.pending:
-            self._epoch = epoch
         return epoch
 
     def commit(self, step: int, files: Iterable, hash: bool = False, root: str | None = None) -> str:
@@ -174,8 +344,38 @@ class Checkpointer:
         atomic_write(ack_path, build_ack(
             job_id=self.job_id, epoch=epoch, node=self.node, rank=self.rank,
             local_rank=self.local_rank, local_size=self.local_size, step=step,
-            written_at=datetime.now(timezone.utc), manifest=manifest))
+            written_at=datetime.now(timezone.utc), manifest=manifest, world_size=self.world_size,
+            independent=self.independent, agreement=self.agreement_state))
         return ack_path
+
+    def commit_async(self, step: int, future, files: Iterable | Callable[[], Iterable], **kwargs) -> None:
+        """commit() once `future` (e.g. torch.distributed.checkpoint.async_save's)
+        has completed, in a thread, so training goes on while the save runs.
+        `files` may be a callable, called after the save (the shards exist
+        only then). wait_for_release() and close() wait for it first; a
+        failed save raises there and nothing is acknowledged."""
+        self._join_commit()
+        epoch = self.epoch()    # fixed now: the thread must not read a later request
+        done = getattr(future, "upload_completion", future)   # DCP's AsyncSaveResponse
+
+        def run():
+            try:
+                done.result()
+                self.commit(step, files() if callable(files) else files, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the rank's thread
+                self._commit_error = exc
+        self._epoch = epoch
+        self._commit_error = None
+        self._commit_thread = threading.Thread(target=run, name="slurm-snap-commit", daemon=True)
+        self._commit_thread.start()
+
+    def _join_commit(self) -> None:
+        thread, self._commit_thread = self._commit_thread, None
+        if thread is not None:
+            thread.join()
+            error, self._commit_error = self._commit_error, None
+            if error is not None:
+                raise error
 
     def release_path(self, epoch: str | None = None) -> str:
         return self.jobdir.release_path(epoch or self.epoch())
@@ -187,6 +387,7 @@ class Checkpointer:
         preemption epoch a later SIGTERM means terminate."""
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise BadValueError(what="release timeout", value=timeout, why="expected seconds >= 0")
+        self._join_commit()
         epoch = self.epoch()
         released = wait_for_path(self.release_path(epoch), float(timeout),
                                  should_abort=lambda: self._flag.terminating, use_inotify=use_inotify)
@@ -194,6 +395,7 @@ class Checkpointer:
             self._flag.clear(self._serving or self._flag.requests,
                              after_preempt=epoch.startswith(PREEMPT_EPOCH_PREFIX))
             self._epoch = None
+            self._agreed = False
         return released
 
     # -- resuming -----------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from slurm_snap.errors import BadValueError
 
@@ -86,3 +87,58 @@ def node_name_from_env(env: Mapping[str, str] | None = None) -> str:
     if name:
         return name
     return os.uname().nodename.split(".")[0]
+
+
+# torchrun (torch.distributed.elastic) gives each worker these; under
+# `srun torchrun` Slurm's own SLURM_PROCID/SLURM_LOCALID describe the agent,
+# one per node, so every worker would claim to be local rank 0 of 1.
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who this process is among the job's ranks, and who the launcher says
+    must answer: `local_size` ranks on this node, `world_size` in all
+    (None when the launcher did not say)."""
+
+    rank: int
+    local_rank: int
+    local_size: int
+    world_size: int | None
+    launcher: str          # "torchrun", "slurm" or "" (nothing known: a lone process)
+
+
+def identity_from_env(env: Mapping[str, str] | None = None) -> Identity:
+    """The launcher's view of this rank. torchrun's variables win when all
+    four are set (they describe the workers, Slurm's the agent); otherwise
+    Slurm's task variables; otherwise a lone process (rank 0 of 1)."""
+    env = os.environ if env is None else env
+    if all(env.get(name) not in (None, "") for name in TORCHRUN_VARS):
+        rank, local_rank, local_size, world = (_int_env(env, name) for name in TORCHRUN_VARS)
+        launcher = "torchrun"
+    else:
+        rank = _int_env(env, "SLURM_PROCID")
+        local_rank = _int_env(env, "SLURM_LOCALID")
+        local_size = local_size_from_env(env)
+        # The step's task count (srun sets it for each task), not the job's
+        # SLURM_NTASKS: a step may use fewer tasks, and a program run
+        # straight from the batch script is one process, not the job's N.
+        world = _int_env(env, "SLURM_STEP_NUM_TASKS")
+        launcher = "slurm" if rank is not None else ""
+    ident = Identity(rank=rank or 0, local_rank=local_rank or 0, local_size=local_size or 1,
+                     world_size=world, launcher=launcher)
+    check_identity(ident)
+    return ident
+
+
+def check_identity(ident: Identity) -> None:
+    if ident.local_size < 1 or ident.local_rank >= ident.local_size:
+        raise BadValueError(what="local rank", value=ident.local_rank,
+                            why=f"must be in 0..{ident.local_size - 1} (local size {ident.local_size})")
+    if ident.world_size is not None:
+        if ident.world_size < 1 or ident.rank >= ident.world_size:
+            raise BadValueError(what="rank", value=ident.rank,
+                                why=f"must be in 0..{ident.world_size - 1} (world size {ident.world_size})")
+        if ident.local_size > ident.world_size:
+            raise BadValueError(what="local size", value=ident.local_size,
+                                why=f"larger than the world size {ident.world_size}")

@@ -58,6 +58,21 @@ class NodeBarrier:
     first_written: dt.datetime | None
     complete_seen_at: dt.datetime | None
     steps: frozenset[int]
+    # What the launcher said must answer on this node (the acks' local_size)
+    # and which local ranks did not: "presence is not coherence".
+    expected: frozenset[int] = frozenset()
+    missing_local: tuple[int, ...] = ()
+
+    def why_incomplete(self) -> str:
+        if self.complete:
+            return ""
+        if len(self.expected) > 1:
+            return f"{self.node}: ranks disagree on how many run there ({_list([str(x) for x in sorted(self.expected)])})"
+        if self.missing_local:
+            size = next(iter(self.expected))
+            return (f"{self.node}: local ranks {_list([str(r) for r in self.missing_local])} of {size} "
+                    "did not acknowledge")
+        return f"{self.node}: acknowledgements do not describe one layout of the node"
 
 
 @dataclass(frozen=True)
@@ -108,11 +123,18 @@ def node_barriers(acks: Iterable[AckRecord], complete_nodes: Iterable[str]) -> d
     out = {}
     for node, items in by_node.items():
         complete = node in done
+        sizes = frozenset(a.local_size for a in items)
+        missing: tuple[int, ...] = ()
+        if len(sizes) == 1 and not complete:
+            size = next(iter(sizes))
+            heard = {a.local_rank for a in items}
+            # local_size comes from a rank's file: name at most a screenful.
+            missing = tuple(r for r in range(min(size, 4 * MAX_REASON_ITEMS + len(heard))) if r not in heard)
         out[node] = NodeBarrier(
             node=node, complete=complete,
             first_written=min(a.written_at for a in items),
             complete_seen_at=max(a.seen_at for a in items if a.seen_at) if complete else None,
-            steps=frozenset(a.step for a in items))
+            steps=frozenset(a.step for a in items), expected=sizes, missing_local=missing)
     return out
 
 
@@ -140,6 +162,10 @@ def barrier_problems(*, nodes: Sequence[str], barriers: Mapping[str, NodeBarrier
     missing = [n for n in nodes if n not in barriers or not barriers[n].complete]
     if missing:
         problems.append(f"barrier incomplete on {len(missing)} of {len(nodes)} nodes ({_list(missing)})")
+        partial = [barriers[n].why_incomplete() for n in missing if n in barriers]
+        if partial:
+            more = f"; and {len(partial) - MAX_REASON_ITEMS} more nodes" if len(partial) > MAX_REASON_ITEMS else ""
+            problems.append("; ".join(partial[:MAX_REASON_ITEMS]) + more)
         bad_nodes.extend(missing)
     early = [n for n in nodes if n in barriers and barriers[n].first_written is not None
              and barriers[n].first_written < requested_at - CLOCK_SLACK]

@@ -244,9 +244,10 @@ def _digest(root: Path) -> dict[str, str]:
 
 IGNORE_ON_N3 = """#!/bin/bash
 # The ranks on one node swallow the checkpoint signal (as code that does not
-# forward SIGUSR1 would): that node never acknowledges.
+# forward SIGUSR1 would): that node never acknowledges. Independent ranks: in
+# a process group the step agreement would carry the request to n3 anyway.
 srun /bin/bash -c 'if [ "$SLURMD_NODENAME" = n3 ]; then extra=--ignore-signal; fi; \
-exec {python} {train} --steps 100000 --step-time 0.2 --release-timeout 60 $extra'
+exec {python} {train} --independent --steps 100000 --step-time 0.2 --release-timeout 60 $extra'
 """
 
 

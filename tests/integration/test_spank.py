@@ -164,7 +164,20 @@ def test_values_reach_the_job_environment(cluster):
     ranks = [m.group(1) for m in (re.match(r"^(\d+): SLURM_SNAP_BARRIER_DIR=(.*)$", line) for line in tasks)
              if m and m.group(2) == barrier]
     assert sorted(ranks) == ["0", "1"]
+    assert not any("SLURM_SNAP_INDEPENDENT" in line for line in tasks)
 
+
+def test_independent_ranks_option_reaches_every_rank(cluster):
+    """--snapshot-independent-ranks: every task sees SLURM_SNAP_INDEPENDENT=1,
+    which the client puts into its acknowledgements; `sbatch --help` lists it."""
+    out = cluster.make_user_dir(f"indep-{time.monotonic_ns()}")
+    job_id = cluster.sbatch("-N2", "-o", "/dev/null", "--snapshot-volumes=pfs", "--snapshot-independent-ranks",
+                            "--wrap", f"srun -l env > {out}/env.tasks")
+    cluster.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=60)
+    tasks = (out / "env.tasks").read_text().splitlines()
+    assert sorted(line.split(":")[0] for line in tasks if line.endswith(" SLURM_SNAP_INDEPENDENT=1")) == ["0", "1"]
+    helped = cluster.run(["sbatch", "--help"], user=cluster.user, timeout=30)
+    assert "--snapshot-independent-ranks" in helped.stdout, helped.stdout[-2000:]
 
 
 def test_steps_inside_the_job_do_not_rerun_the_check(cluster, conf_with_helper):

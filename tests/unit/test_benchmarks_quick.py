@@ -104,13 +104,16 @@ def test_installed_prolog_exits_at_once_unless_opted_in(tmp_path):
 
 def test_quick_suite_without_cluster(tmp_path):
     out = tmp_path / "rows.json"
-    proc = subprocess.run([str(BENCH / "run"), "--quick", "--only", "barrier,inventory,e2e", "--no-cluster",
+    proc = subprocess.run([str(BENCH / "run"), "--quick", "--only", "barrier,inventory,e2e,agreement", "--no-cluster",
                            "--json", str(out)], capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL, env={**os.environ, "SLURM_SNAP_TEST_PG_URL": ""})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
     by_bench = {r["bench"]: r for r in data["rows"]}
-    assert set(by_bench) == {"barrier", "inventory"}
+    assert set(by_bench) == {"barrier", "inventory", "agreement"}
+    agreement = [r for r in data["rows"] if r["bench"] == "agreement"]
+    # Measured beside its reference: the same loop without the agreement.
+    assert any("overlap" in r["case"] and r["value"] > 0 and r["reference"] > 0 for r in agreement), agreement
     assert by_bench["barrier"]["value"] > 0 and by_bench["barrier"]["reference"] > 0
     sqlite = next(r for r in data["rows"] if r["case"].startswith("SQLite"))
     # Correctness, not speed: every row written by the concurrent writers is there.

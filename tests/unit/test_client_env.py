@@ -202,8 +202,9 @@ def test_client_imports_no_heavy_dependency():
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "for name in ('click', 'sqlalchemy', 'paramiko', 'alembic', 'torch', 'numpy'):\n"
         "    sys.modules[name] = None\n"
-        "import slurm_snap.client as c\n"
-        "c.Checkpointer(env={}).install()\n"
+        "import slurm_snap.client as c, slurm_snap.client.dcp, slurm_snap.client.launch\n"
+        "k = c.Checkpointer(env={}).install()\n"
+        "assert k.decide(1) == c.Action(checkpoint=False, stop=False) and k.agreement is None\n"
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('click', 'sqlalchemy', 'paramiko')"
         " and sys.modules[m] is not None]\n"
         "print('ok', heavy)\n"
@@ -212,3 +213,52 @@ def test_client_imports_no_heavy_dependency():
                             timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok []"
+
+
+TORCHRUN = {"RANK": "5", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8", "GROUP_RANK": "1"}
+# What srun gives the torchrun agent of node 1 of 2 (one task per node).
+SRUN_AGENT = {"SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+              "SLURM_NODEID": "1", "SLURM_STEP_NUM_TASKS": "2"}
+
+
+def test_torchrun_workers_take_their_identity_from_torchrun_not_from_the_agents_task():
+    """Under `srun torchrun --nproc-per-node=4` every worker inherits the
+    agent's SLURM_PROCID/SLURM_LOCALID: rank 1, local rank 0 of 1. Taken at
+    face value, one worker's ack would complete the node while three write."""
+    ckpt = Checkpointer(env={**SRUN_AGENT, **TORCHRUN})
+    assert (ckpt.rank, ckpt.local_rank, ckpt.local_size, ckpt.world_size, ckpt.launcher) == (5, 1, 4, 8, "torchrun")
+    plain = Checkpointer(env=SRUN_AGENT)
+    assert (plain.rank, plain.local_rank, plain.local_size, plain.world_size, plain.launcher) == (1, 0, 1, 2, "slurm")
+    # torchrun's variables only count when all four are there.
+    partial = {k: v for k, v in TORCHRUN.items() if k != "LOCAL_WORLD_SIZE"}
+    assert Checkpointer(env={**SRUN_AGENT, **partial}).launcher == "slurm"
+    lone = Checkpointer(env={})
+    assert (lone.rank, lone.local_size, lone.world_size, lone.launcher) == (0, 1, None, "")
+
+
+@pytest.mark.parametrize("env,named", [
+    ({**TORCHRUN, "RANK": "8"}, "rank"),
+    ({**TORCHRUN, "LOCAL_RANK": "4"}, "local rank"),
+    ({**TORCHRUN, "LOCAL_WORLD_SIZE": "9"}, "local size"),
+    ({**TORCHRUN, "WORLD_SIZE": "x"}, "WORLD_SIZE"),
+    ({"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "2"}, "rank"),
+    ({"SLURM_SNAP_INDEPENDENT": "maybe"}, "SLURM_SNAP_INDEPENDENT"),
+])
+def test_impossible_identities_are_refused_naming_the_value(env, named):
+    with pytest.raises(BadValueError) as err:
+        Checkpointer(env=env)
+    assert named in str(err.value)
+
+
+def test_acknowledgement_carries_world_size_and_independence(tmp_path):
+    barrier = tmp_path
+    env = {"SLURM_JOB_ID": "77", "SLURM_SNAP_BARRIER_DIR": str(barrier), "SLURMD_NODENAME": "n1",
+           **SRUN_AGENT, "SLURM_SNAP_INDEPENDENT": "1"}
+    ckpt = Checkpointer(env=env)
+    f = barrier / "w.bin"
+    f.write_bytes(b"x")
+    from slurm_snap.client import parse_ack
+
+    ack = parse_ack(open(ckpt.commit(3, [f]), "rb").read(), "77", "preempt-0")
+    assert (ack.version, ack.world_size, ack.independent, ack.agreement) == (2, 2, True, "")
+    assert Checkpointer(env={**env, "SLURM_SNAP_INDEPENDENT": "0"}).independent is False

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from signal_delivery import deliver
+
 from slurm_snap.client import Checkpointer
 from slurm_snap.watch import wait_for_path
 from slurm_snap.errors import BadValueError
@@ -35,7 +37,7 @@ def test_wakes_promptly_when_release_appears(tmp_path, use_inotify, release_dir_
     if release_dir_exists:
         (job_dir / "release").mkdir()
     ckpt = Checkpointer(env={}, barrier_dir=str(tmp_path), job_id="9").install()
-    os.kill(os.getpid(), signal.SIGUSR1)
+    deliver(signal.SIGUSR1, ckpt)
     assert ckpt.should_checkpoint()
 
     def release():
@@ -61,7 +63,7 @@ def test_times_out(tmp_path):
 
 def test_returns_promptly_on_termination(tmp_path):
     ckpt = Checkpointer(env={}, barrier_dir=str(tmp_path), job_id="9").install()
-    os.kill(os.getpid(), signal.SIGUSR1)
+    deliver(signal.SIGUSR1, ckpt)
     assert ckpt.should_checkpoint()
     # From another thread, as Slurm would: the main thread is blocked waiting.
     later(0.2, lambda: os.kill(os.getpid(), signal.SIGTERM))

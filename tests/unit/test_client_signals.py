@@ -8,27 +8,37 @@ import signal
 import time
 
 import pytest
+import signal_delivery
 
-from slurm_snap.client import Checkpointer, parse_signal
+from slurm_snap import client
+from slurm_snap.client import parse_signal
 from slurm_snap.errors import BadValueError
 
 HANDLED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+
+
+_current: list = []
+
+
+def Checkpointer(*args, **kwargs):
+    """The client's Checkpointer, remembered so deliver() knows whose handler to wait for."""
+    ckpt = client.Checkpointer(*args, **kwargs)
+    _current.append(ckpt)
+    return ckpt
 
 
 @pytest.fixture(autouse=True)
 def restore_handlers():
     saved = {sig: signal.getsignal(sig) for sig in HANDLED}
     yield
+    while _current:
+        _current.pop()._flag.uninstall()
     for sig, handler in saved.items():
         signal.signal(sig, handler)
 
 
-def deliver(sig):
-    os.kill(os.getpid(), sig)
-    # The C-level handler ran inside kill(); Python runs ours at the next
-    # bytecode boundary, which this loop provides.
-    for _ in range(1000):
-        pass
+def deliver(sig, ckpt=None):
+    signal_delivery.deliver(sig, ckpt or _current[-1])
 
 
 def test_handler_only_sets_a_flag_without_io(monkeypatch):
@@ -135,3 +145,75 @@ def test_parse_signal_rejects(value):
 def test_bad_signal_in_environment_is_named():
     with pytest.raises(BadValueError, match="'BOGUS'"):
         Checkpointer(env={"SLURM_SNAP_SIGNAL": "BOGUS"})
+
+
+def test_handlers_chain_to_the_ones_installed_before_them():
+    """A framework's or the user's own handler keeps running after ours."""
+    seen = []
+    signal.signal(signal.SIGUSR1, lambda s, f: seen.append(("usr1", s)))
+    signal.signal(signal.SIGTERM, lambda s, f: seen.append(("term", s)))
+    ckpt = Checkpointer(env={}).install()
+    deliver(signal.SIGUSR1, ckpt)
+    assert ckpt.should_checkpoint() and seen == [("usr1", signal.SIGUSR1)]
+    deliver(signal.SIGTERM, ckpt)
+    assert ckpt.terminating and seen[-1] == ("term", signal.SIGTERM)
+
+
+def test_no_chaining_when_asked_and_never_to_the_default_action():
+    seen = []
+    signal.signal(signal.SIGUSR1, lambda s, f: seen.append(s))
+    ckpt = Checkpointer(env={}, chain=False).install()
+    deliver(signal.SIGUSR1, ckpt)
+    assert ckpt.should_checkpoint() and seen == []
+    ckpt.uninstall()
+    # SIG_DFL before us: chaining would mean dying of SIGUSR1. We live.
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    ckpt = Checkpointer(env={}).install()
+    deliver(signal.SIGUSR1, ckpt)
+    assert ckpt.should_checkpoint()
+
+
+def test_request_signals_are_blocked_for_children_and_the_mask_is_put_back():
+    """Children inherit the blocked mask (fork and exec), so a SIGUSR1 sent to
+    the whole task cannot kill a DataLoader worker or a helper; SIGTERM stays
+    deliverable. uninstall() restores the mask it found."""
+    import subprocess
+    import sys
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    ckpt = Checkpointer(env={}).install()
+    assert signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    child = subprocess.run([sys.executable, "-c",
+                            "import os, signal, time; os.kill(os.getpid(), signal.SIGUSR1); time.sleep(0.1); "
+                            "print(signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, []))"],
+                           capture_output=True, text=True, timeout=30)
+    assert (child.returncode, child.stdout.strip()) == (0, "True"), child.stderr
+    ckpt.uninstall()
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+
+
+def test_a_request_pending_at_uninstall_is_counted_not_fatal():
+    ckpt = Checkpointer(env={}).install()
+    waiter = ckpt._flag._waiter
+    # Stop the waiter first so the signal stays pending at the process level.
+    ckpt._flag._stopping = True
+    signal.pthread_kill(waiter.ident, signal.SIGUSR1)
+    waiter.join(5)
+    ckpt._flag._waiter = None
+    os.kill(os.getpid(), signal.SIGUSR1)     # pending: blocked everywhere, nobody waits
+    ckpt.uninstall()                          # takes it before the default action returns
+    assert ckpt._flag.requests == 1
+
+
+def test_late_copy_after_joining_a_peers_checkpoint_is_not_a_new_request(tmp_path):
+    """The agreement made this rank checkpoint before its own SIGUSR1 came:
+    that copy, arriving before the release, is the same request; a SIGTERM
+    meanwhile is the end, not a checkpoint request."""
+    ckpt = Checkpointer(env={}, barrier_dir=str(tmp_path), job_id="7").install()
+    flag = ckpt._flag
+    flag.owed, flag.serving = 1, True        # what _apply() sets for a rank asked by its peers
+    deliver(signal.SIGUSR1, ckpt)
+    assert (flag.requests, flag.owed, flag.pending) == (0, 0, False)
+    deliver(signal.SIGTERM, ckpt)
+    assert ckpt.terminating

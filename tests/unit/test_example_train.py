@@ -133,8 +133,8 @@ def test_preemption_ack_release_and_resume(job):
     wait_for_file(ack_path)
     ack = parse_ack(ack_path.read_bytes(), JOB, "preempt-0")
     assert ack.step >= 3 and ack.local_size == 1
-    weights = ckpt_dir / f"step-{ack.step}" / "rank-0.pt"
-    assert {e.path for e in ack.manifest} == {str(weights), str(ckpt_dir / "latest.rank-0")}
+    weights = ckpt_dir / f"step-{ack.step}" / "model.pt"
+    assert {e.path for e in ack.manifest} == {str(weights), str(ckpt_dir / "latest")}
     for entry in ack.manifest:
         assert os.path.getsize(entry.path) == entry.size > 0
     # Held at the barrier: no step after the acknowledged one until the release.

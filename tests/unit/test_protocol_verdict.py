@@ -216,3 +216,22 @@ def test_stale_reason_rules():
     assert stale_reason(deadline=at(50_000), older_than=200, alive=False, **kw) is None  # too young
     assert stale_reason(deadline=None, older_than=0, alive=None, **kw) is None
     assert "no owner" in stale_reason(deadline=None, older_than=10, alive=None, **kw)
+
+
+def test_a_node_with_a_missing_worker_is_named_with_the_missing_local_ranks():
+    """torchrun with 4 workers per node: n2's workers 1 and 3 never answered.
+    The node's count comes from the workers' launcher (local_size 4), not
+    from the two acknowledgements that arrived."""
+    got = acks(["n1", "n2"], local_size=4)
+    got = [a for a in got if not (a.node == "n2" and a.local_rank in (1, 3))]
+    v = run(ack_list=got, complete=["n1"])
+    assert (v.state, v.consistency) == (S.COMPLETE, S.CRASH)
+    assert "barrier incomplete on 1 of 2 nodes (n2)" in v.reason
+    assert "n2: local ranks 1, 3 of 4 did not acknowledge" in v.reason, v.reason
+    assert v.failed_nodes == ("n2",)
+
+
+def test_ranks_disagreeing_on_a_nodes_size_are_named():
+    got = [ack("n1", 0, 0, 1, 5, 10, 20), ack("n2", 1, 0, 2, 5, 10, 20), ack("n2", 2, 1, 4, 5, 10, 20)]
+    v = run(ack_list=got, complete=["n1"])
+    assert "n2: ranks disagree on how many run there (2, 4)" in v.reason, v.reason
