@@ -6,6 +6,7 @@
 
 GRACE_TIME=10       # low partition's GraceTime; also [protocol] grace, hence the cli_filter's signal time
 CRED_EXPIRE=5       # requeued jobs restart after this many seconds
+LOW_OVERSUBSCRIBE=4 # jobs per CPU on low: 3 nodes x 2 CPUs x 4 = 24 one-CPU jobs at once
 PLUGIN_DIR_REL=lib
 LIBEXEC_REL=libexec
 CTLD_PORT=6817      # Slurm's defaults: every host has its own network namespace
@@ -117,8 +118,11 @@ CONF
 			printf 'NodeName=%s NodeHostname=%s NodeAddr=%s CPUs=2 RealMemory=2000 State=UNKNOWN\n' \
 				"$n" "$me" "$(host_addr "$n")"
 		done
+		# low shares each CPU among LOW_OVERSUBSCRIBE jobs: the load tests run
+		# and preempt 20 or more opted-in one-CPU jobs at once, which 3 nodes x 2
+		# CPUs could not hold. high stays exclusive: its job preempts them all.
 		cat <<CONF
-PartitionName=low  Nodes=n[1-3] Default=YES MaxTime=INFINITE State=UP PriorityTier=1  PreemptMode=REQUEUE GraceTime=$GRACE_TIME
+PartitionName=low  Nodes=n[1-3] Default=YES MaxTime=INFINITE State=UP PriorityTier=1  PreemptMode=REQUEUE GraceTime=$GRACE_TIME OverSubscribe=FORCE:$LOW_OVERSUBSCRIBE
 PartitionName=high Nodes=n[1-3] MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 CONF
 	} >"$SLURM_CONF.new"

@@ -80,3 +80,20 @@ def require_owner_or_operator(cfg, caller: Caller, *, owner_uid: int | None, own
     if (owner_uid is not None and caller.uid == owner_uid) or caller.name == owner_name:
         return
     raise PermissionDenied(why=f"{what} belongs to {owner_name}; {caller.name} is neither its owner nor an operator")
+
+
+def require_jobs(cfg, caller: Caller, owners) -> None:
+    """Refuse unless the caller is an operator or owns every run of every job.
+
+    `owners` maps job id -> owner names of its runs, as the inventory has them
+    (Repository.report_job_owners): the one check behind every form that
+    names a job, so that "not yours" is exit 4 whichever command asks, and
+    is decided before anything about the job (whether it has a set) is said.
+    """
+    if is_operator(cfg, caller):
+        return
+    for job_id, names in sorted(owners.items()):
+        foreign = sorted(set(names) - {caller.name})
+        if foreign:
+            raise PermissionDenied(why=f"job {job_id} belongs to {foreign[0]}; "
+                                       f"{caller.name} is neither its owner nor an operator")

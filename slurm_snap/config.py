@@ -122,6 +122,16 @@ class RestoreConfig:
 
 
 @dataclass(frozen=True)
+class SlurmConfig:
+    # slurm.conf as slurmctld reads it. PrologSlurmctld and EpilogSlurmctld
+    # run without SLURM_CONF (measured on 22.05): without this, their squeue
+    # reads Slurm's compiled-in default and, on a cluster whose slurm.conf is
+    # elsewhere, cannot see the job (EpilogSlurmctld then misses every
+    # preemption). "" = SLURM_CONF if the environment has it, else the default.
+    conf: str = ""
+
+
+@dataclass(frozen=True)
 class VolumeClass:
     name: str
     prefix: str
@@ -160,6 +170,7 @@ class Config:
     ssh: SshConfig = SshConfig()
     restore: RestoreConfig = RestoreConfig()
     service: ServiceConfig = ServiceConfig()
+    slurm: SlurmConfig = SlurmConfig()
     volume_classes: tuple[VolumeClass, ...] = ()
 
     @property
@@ -189,6 +200,7 @@ _SECTIONS = {
     "ssh": SshConfig,
     "restore": RestoreConfig,
     "service": ServiceConfig,
+    "slurm": SlurmConfig,
 }
 
 
@@ -303,6 +315,8 @@ def _check_semantics(cfg: Config) -> None:
     for name in ("barrier", "backend_call", "hook_budget", "restore", "slurm_command"):
         if getattr(cfg.timeouts, name) <= 0:
             raise ConfigError(path=p, key=f"timeouts.{name}", why="must be positive")
+    if cfg.slurm.conf and (not os.path.isabs(cfg.slurm.conf) or ".." in cfg.slurm.conf.split("/")):
+        raise ConfigError(path=p, key="slurm.conf", why=f"{cfg.slurm.conf!r} is not a clean absolute path")
     for key in ("barrier_dir", "restore_root", "log_dir"):
         if not os.path.isabs(getattr(cfg.paths, key)):
             raise ConfigError(path=p, key=f"paths.{key}", why=f"{getattr(cfg.paths, key)!r} is not absolute")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .config import Config
 from .slurm import clifilter, hooknames
+from .slurm.commands import DEFAULT_SLURM_CONF
 from .slurm.duration import slurm_seconds
 
 
@@ -62,6 +63,13 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
             out.append(Finding(not obsolete, "plugstack.conf's slurm_snap.so line carries only helper= and config=",
                                f"remove {' '.join(obsolete)}: the plugin no longer reads them; the signal and "
                                f"its time come from [protocol] in {cfg.path} (cli_filter.lua is written from it)"))
+    conf = slurm.get("SLURM_CONF", "")
+    hooks_read = cfg.slurm.conf or DEFAULT_SLURM_CONF
+    if conf:
+        out.append(Finding(conf == hooks_read,
+                           f"the slurmctld hooks reach Slurm through {hooks_read} (slurmctld reads {conf})",
+                           f"set [slurm] conf = \"{conf}\" in {cfg.path}: PrologSlurmctld and EpilogSlurmctld "
+                           "run without SLURM_CONF, and EpilogSlurmctld cannot see a preemption without squeue"))
     need = budget_seconds(cfg)
     for p in partitions:
         mode = p.get("PreemptMode", "").upper()

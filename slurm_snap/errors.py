@@ -31,7 +31,7 @@ EXIT_CODES = {
     CONFLICT: "conflict: another operation holds the job or volume, or a state change is not allowed",
     BACKEND: "a snapshot backend's tool failed",
     TIMEOUT: "a deadline passed (barrier, backend call, restore drill)",
-    INVENTORY: "the inventory database is unreachable or failed",
+    INVENTORY: "the inventory database is unreachable, failed, or not initialised (run `slurm-snap db upgrade`)",
     UNSUPPORTED: "the backend does not support this operation",
 }
 
@@ -71,6 +71,22 @@ class PathError(BadValueError):
 
     def __init__(self, value, why: str):
         super().__init__(what="path", value=value, why=why)
+
+
+class VolumesRefused(BadValueError):
+    """The node Prolog refused declared volumes (the user's declaration, not
+    the node, is at fault): recorded, told to the job, the job runs without them."""
+
+    template = "prolog on {node} refused {count} declared volume(s), the job runs without their snapshots: {first}"
+
+    def __init__(self, node: str, refused, *, recorded: bool = False):
+        first = "; ".join(f"{r.path!r}: {r.why}" for r in refused)
+        SnapError.__init__(self, node=node, count=len(refused), first=first, what="--snapshot-volumes",
+                           value=refused[0].path if refused else "", why=first)
+        self.refused = list(refused)
+        # True when the refusal is in the inventory already (the hook runner
+        # then adds no second, less precise, failure record).
+        self.recorded = recorded
 
 
 class ConfigError(SnapError):
@@ -156,6 +172,13 @@ class BarrierTimeout(Timeout):
 class InventoryError(SnapError):
     exit_code = INVENTORY
     template = "inventory {url}: {why}"
+
+
+class InventoryNotInitialised(InventoryError):
+    """The inventory is missing, empty, or at an older schema: only `db
+    upgrade` creates or migrates it, so every other command says so."""
+
+    template = "inventory {url}: not initialised: run `slurm-snap db upgrade` ({why})"
 
 
 class ServiceUnavailable(SnapError):

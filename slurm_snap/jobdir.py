@@ -12,6 +12,9 @@ uses it inside training processes).
             <node>.<rank>.json                 a rank's acknowledgement (client/ack.py)
         release/        root:<job gid> 0750
             <epoch>     coordinator/Epilog -> ranks   the snapshot is cut: go on
+        notice/         root:<job gid> 0750
+            <node>      Prolog -> the job's output    why that node runs (part of) the job
+                                                      unprotected; the SPANK plugin prints it
 
 Only the job's user (and root) can write acknowledgements, so one job cannot
 forge another's. Root never follows a link here: directories are checked
@@ -29,13 +32,17 @@ import time
 from datetime import datetime
 
 from .errors import BadValueError, PathError
-from .fsio import read_json, write_json
+from .fsio import atomic_write, read_json, write_json
 
 JOB_FILE = "job.json"
 REQUEST_FILE = "request.json"
 RESUME_FILE = "resume.json"
 ACK_DIR = "ack"
 RELEASE_DIR = "release"
+NOTICE_DIR = "notice"
+# What the SPANK plugin copies into the job's output is bounded (spank/remote.c
+# reads at most this much of each node's notice).
+MAX_NOTICE = 2048
 
 # Epochs and node names become file names (release/<epoch>, ack/<node>.<rank>.json):
 # a conservative character set keeps them from escaping their directory.
@@ -123,6 +130,12 @@ class JobDir:
     def release_path(self, epoch: str) -> str:
         return os.path.join(self.release, check_name("epoch", epoch))
 
+    def early_path(self, epoch: str) -> str:
+        """Rank 0's early-release decision for a preemption epoch: in ack/,
+        the one directory the job's user may write (not a *.json name, so
+        no reader of acknowledgements takes it for one)."""
+        return os.path.join(self.ack, f"early-{check_name('epoch', epoch)}.decision")
+
     # -- creation (root) ------------------------------------------------------
     @staticmethod
     def _ensure_dir(path: str, uid: int, gid: int, mode: int) -> None:
@@ -182,6 +195,17 @@ class JobDir:
 
     def write_resume(self, data: dict) -> str:
         return self._write(self.path, RESUME_FILE, data)
+
+    def write_notice(self, node: str, lines) -> str:
+        """What this node's Prolog wants the job's user told (a refused
+        volume: the job runs without its protection). Plain text, one
+        message a line; the SPANK plugin prints it in the job's output,
+        each line prefixed "slurm-snap: "."""
+        notice = os.path.join(self.path, NOTICE_DIR)
+        self._ensure_dir(notice, 0, self.gid if self.gid is not None else 0, 0o750)
+        text = "".join(line.replace("\n", " ") + "\n" for line in lines).encode()[:MAX_NOTICE]
+        return atomic_write(os.path.join(notice, check_name("node name", node)), text, mode=0o640,
+                            durable=False, gid=self.gid, nofollow=True)
 
     # -- readers (the ranks' side) ----------------------------------------------
     def read_request(self) -> dict | None:

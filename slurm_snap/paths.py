@@ -75,6 +75,7 @@ class Resolved:
     gid: int
     mode: int
     exists: bool
+    ino: int = -1
 
 
 def resolve(path, roots, *, must_exist: bool = True) -> Resolved:
@@ -118,7 +119,7 @@ def resolve(path, roots, *, must_exist: bool = True) -> Resolved:
             os.close(fd)
             fd = nfd
         st = os.fstat(fd)
-        return Resolved(path, root, st.st_uid, st.st_gid, st.st_mode, True)
+        return Resolved(path, root, st.st_uid, st.st_gid, st.st_mode, True, st.st_ino)
     finally:
         os.close(fd)
 

@@ -10,8 +10,10 @@
  *     environment that Prolog/Epilog (and their slurmctld variants) receive as
  *     SPANK_SLURM_SNAP*;
  *   - in remote context (slurmstepd) it only copies those variables into the
- *     tasks' environment under the names the rank-side client reads; the real
- *     work is done by the Prolog/Epilog entry points, never inside slurmstepd.
+ *     tasks' environment under the names the rank-side client reads, and in
+ *     each step's first task prints what a node's Prolog left for the user
+ *     (a refused volume); the real work is done by the Prolog/Epilog entry
+ *     points, never inside slurmstepd.
  *
  * This file holds the option table and the context dispatch; see
  * slurm_snap.h for the other parts. Every message is prefixed "slurm-snap:".
@@ -47,8 +49,9 @@ static struct spank_option options[] = {
 	  "(ranks get SIGUSR1 and checkpoint first).",
 	  0, OPT_ON_PREEMPT, opt_cb },
 	{ "snapshot-volumes", "V[,V...]",
-	  "Volumes to snapshot: volume class names (e.g. scratch,pfs) or "
-	  "absolute paths inside the configured roots.",
+	  "Volumes to snapshot: volume class names (e.g. scratch,pfs: a volume "
+	  "per job) or absolute paths of volumes inside a class that its "
+	  "backend can snapshot alone (on btrfs: a subvolume).",
 	  1, OPT_VOLUMES, opt_cb },
 	{ "snapshot-consistency", "app|crash",
 	  "app (default): wait for every rank's checkpoint acknowledgement; "
@@ -173,6 +176,13 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 	(void) ac;
 	(void) av;
 	return spank_remote(sp) == 1 ? snap_remote_user_init(sp) : 0;
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	(void) ac;
+	(void) av;
+	return spank_remote(sp) == 1 ? snap_remote_task_init(sp) : 0;
 }
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)

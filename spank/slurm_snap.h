@@ -4,7 +4,8 @@
  *   checks.c      cheap option checks done in C before any exec
  *   helper.c      exec of `slurm-snap hook validate-options` (argv, timeout)
  *   local.c       sbatch/srun/salloc side: check, validate, export
- *   remote.c      slurmstepd side: copy job-control variables for the ranks
+ *   remote.c      slurmstepd side: copy job-control variables for the ranks;
+ *                 in each step's task 0, print the Prologs' notices
  */
 #ifndef SLURM_SNAP_PLUGIN_H
 #define SLURM_SNAP_PLUGIN_H
@@ -51,5 +52,6 @@ int snap_run_validate(const struct snap_options *o, char *out, size_t out_cap);
 
 int snap_local_post_opt(spank_t sp, const struct snap_options *o);
 int snap_remote_user_init(spank_t sp);
+int snap_remote_task_init(spank_t sp);
 
 #endif

@@ -37,3 +37,12 @@ def pg_url() -> str | None:
         return url
     f = Path("/var/tmp/slurm-snap-pg/url")
     return f.read_text().strip() if f.exists() else None
+
+
+def require_torch() -> None:
+    """torch (the `example` extra) is a real component of the client's tests."""
+    import importlib.util
+    import sys
+
+    require(importlib.util.find_spec("torch") is not None,
+            f"torch is not installed in {sys.executable} (pip install .[example])")

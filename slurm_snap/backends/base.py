@@ -171,6 +171,38 @@ class Backend(abc.ABC):
         res = self.run("stat", "-c", "%i", "--", path, ok=(0, 1))
         return int(res.text.strip()) if res.status == 0 else None
 
+    def volume_dir(self, what: str, volume: str) -> tuple[str, int]:
+        """(path, inode) of a volume that is a directory, in one `stat`.
+
+        MUST refuse a symlink as a symlink, never follow it: a volume checked
+        at submit and swapped for a link later would have root snapshot (and
+        a drill clone out) whatever the link points to. errors.NotFound when
+        nothing is there, errors.BadValueError for a link or a non-directory.
+        """
+        volume = check_abs_path(what, volume)
+        res = self.run("stat", "-c", "%F:%i", "--", volume, ok=(0, 1))
+        if res.status != 0:
+            raise errors.NotFound(what=what, value=volume)
+        kind, _, ino = res.text.strip().rpartition(":")
+        if kind == "symbolic link":
+            raise errors.BadValueError(what=what, value=volume,
+                                       why="is a symlink; refusing to follow it (declare the directory itself)")
+        if kind != "directory":
+            raise errors.BadValueError(what=what, value=volume, why=f"is a {kind}, not a directory")
+        return volume, int(ino)
+
+    @classmethod
+    def volume_problem(cls, path: str, inode: int) -> str | None:
+        """Why the directory `path` (with inode number `inode`) cannot be
+        snapshotted on its own by this backend, and what to do instead; None
+        if it can (the default: any directory).
+
+        Pure, so that the submit host, which runs no filesystem tool and as
+        the user, can judge a declared path from its own stat() before the
+        job runs, in the very words the backend would fail with later.
+        """
+        return None
+
     def mkdir_p(self, path: str) -> None:
         self.run("mkdir", "-p", "--", path)
 

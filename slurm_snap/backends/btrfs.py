@@ -58,16 +58,19 @@ class BtrfsBackend(Backend):
     def _show(self, path: str) -> dict[str, str]:
         return parse_show(self.run("btrfs", "subvolume", "show", "--", path).text)
 
+    @classmethod
+    def volume_problem(cls, path: str, inode: int) -> str | None:
+        if inode == BTRFS_ROOT_INODE:
+            return None
+        return (f"not a btrfs subvolume (a plain directory: inode {inode}, a subvolume's root is "
+                f"{BTRFS_ROOT_INODE}), and btrfs snapshots whole subvolumes only: make it one with "
+                f"`btrfs subvolume create {path}` (then move its data in)")
+
     def _volume_uuid(self, volume: str) -> str:
-        volume = check_abs_path("btrfs volume", volume)
-        ino = self.inode(volume)
-        if ino is None:
-            raise errors.NotFound(what="btrfs volume", value=volume)
-        if ino != BTRFS_ROOT_INODE:
-            raise errors.BadValueError(
-                what="btrfs volume", value=volume,
-                why=f"not a btrfs subvolume (inode {ino}, a subvolume root is {BTRFS_ROOT_INODE}); "
-                    "create it with `btrfs subvolume create`")
+        volume, ino = self.volume_dir("btrfs volume", volume)
+        problem = self.volume_problem(volume, ino)
+        if problem:
+            raise errors.BadValueError(what="btrfs volume", value=volume, why=problem)
         return self._show(volume)["UUID"]
 
     def _ref(self, volume: str, name: str, path: str, info: dict[str, str]) -> SnapshotRef:

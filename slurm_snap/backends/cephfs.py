@@ -33,10 +33,8 @@ class CephfsBackend(Backend):
                             scope="volume", needs_root=False, can_clone=True)
 
     def _volume(self, volume: str) -> str:
-        volume = check_abs_path("cephfs volume", volume)
-        if self.run("test", "-d", volume, ok=(0, 1)).status != 0:
-            raise errors.NotFound(what="cephfs volume directory", value=volume)
-        return volume
+        # mkdir VOLUME/.snap/NAME through a link would snapshot its target.
+        return self.volume_dir("cephfs volume directory", volume)[0]
 
     def _path(self, volume: str, name: str) -> str:
         return posixpath.join(volume, ".snap", name)

@@ -79,10 +79,8 @@ class ReflinkBackend(Backend):
         return self.ref(volume, name, path, path, created)
 
     def _volume(self, volume: str) -> str:
-        volume = check_abs_path("volume", volume)
-        if self.run("test", "-d", volume, ok=(0, 1)).status != 0:
-            raise errors.NotFound(what="volume directory", value=volume)
-        return volume
+        # `cp -a` of a link would copy the link, and `test -d` follows it.
+        return self.volume_dir("volume directory", volume)[0]
 
     def _seal(self, path: str, top: bool) -> None:
         if self.options["seal"] == "mode":

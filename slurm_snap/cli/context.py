@@ -30,6 +30,9 @@ class Ctx:
     def config(self) -> config_mod.Config:
         if self._config is None:
             self._config = config_mod.load(self.config_path)
+            from ..slurm.commands import adopt_conf
+
+            adopt_conf(self._config.slurm.conf)
         return self._config
 
     @property

@@ -16,8 +16,9 @@ def _fmt_time(t: dt.datetime | None) -> str:
 
 
 @click.command("prune")
-@click.option("--job", "job_id", type=JobIdType(), metavar="J", help="Only this job's sets.")
-@click.option("--user", metavar="U", help="Only this user's sets.")
+@click.option("--job", "job_id", type=JobIdType(), metavar="J",
+              help="Only this job's sets (refused, exit 4, for another user's job unless you are an operator).")
+@click.option("--user", metavar="U", help="Only this user's sets (operators only for another user).")
 @click.option("--keep-last", type=click.IntRange(min=0), default=0, metavar="N", help="Keep the newest N sets.")
 @click.option("--keep-daily", type=click.IntRange(min=0), default=0, metavar="N",
               help="Keep the newest set of each of the last N days that have one (UTC).")
@@ -36,7 +37,7 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
 
     Sets still in flight are never touched; a set left DELETING by an
     interrupted prune is finished."""
-    from ..access import current_caller, is_operator
+    from ..access import current_caller, is_operator, require_jobs
     from ..restore.parts import backend_resolver
     from ..retention.policy import Policy
     from ..retention.prune import Pruner
@@ -51,9 +52,13 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
                                 "--keep-within (refusing to select every set for deletion)")
     caller = current_caller()
     if not is_operator(cfg, caller):
-        # Owners may prune their own sets, nobody else's.
+        # Owners may prune their own sets, nobody else's: naming another's
+        # job is refused like naming another user, never a silent no-op.
         if user is not None and user != caller.name:
             raise errors.PermissionDenied(why=f"sets of {user} belong to {user}; {caller.name} is not an operator")
+        if job_id is not None:
+            with ctx.inventory.session(readonly=True) as repo:
+                require_jobs(cfg, caller, repo.report_job_owners([job_id]))
         user = caller.name
     pruner = Pruner(ctx.inventory, backend_resolver(cfg))
     decisions, sets = pruner.plan(policy, utcnow, job_id=job_id, user=user)

@@ -31,11 +31,19 @@ def command(ctx, older_than, dry_run, as_json):
     if not actions:
         click.echo("nothing to repair")
     for a in actions:
-        verb = "would label" if dry_run else "labelled"
-        click.echo(f"set {a.set_id} job {a.job_id}: {verb} {a.old_state} -> {a.new_state}: {a.reason}")
-        for o in a.orphans:
-            click.echo(f"  orphan {'(would delete)' if dry_run else 'deleted'}: {o}")
-        for e in a.errors:
-            click.echo(f"  error: {e}")
+        click.echo("\n".join(describe(a)))
     if any(a.errors for a in actions):
         raise errors.BackendError(backend="repair", why="some orphans could not be listed or removed (see above)")
+
+
+def describe(a) -> list[str]:
+    """What repair did to one set, in words that match the state it left."""
+    if not a.acted:
+        return [f"set {a.set_id} job {a.job_id}: left alone: it was {a.old_state} when repair looked, and "
+                f"another process ended it meanwhile (now {a.new_state}"
+                + (f": {a.reason})" if a.reason else ")")]
+    verb = "would label" if a.dry_run else "labelled"
+    out = [f"set {a.set_id} job {a.job_id}: {verb} {a.old_state} -> {a.new_state}: {a.reason}"]
+    out += [f"  orphan {'(would delete)' if a.dry_run else 'deleted'}: {o}" for o in a.orphans]
+    out += [f"  error: {e}" for e in a.errors]
+    return out

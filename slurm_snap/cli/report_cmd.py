@@ -28,7 +28,9 @@ def caller_and_clock(ctx) -> tuple[access.Caller, dt.datetime, dt.tzinfo | None]
 @click.option("-S", "--starttime", "start", metavar="TIME",
               help="Sets requested at or after TIME [default: midnight today, unless -j].")
 @click.option("-E", "--endtime", "end", metavar="TIME", help="Sets requested at or before TIME [default: no bound].")
-@click.option("-s", "--state", "states", metavar="STATE[,STATE...]", help="Only sets in these states.")
+@click.option("-s", "--state", "states", metavar="STATE[,STATE...]",
+              help="Only sets in these states; UNPROTECTED: runs without a set whose declared volumes a "
+                   "node's Prolog refused (listed by default too).")
 @click.option("-o", "--format", "fmt", metavar="COL[%W],...", help="Columns, as sacct -o; see --helpformat.")
 @click.option("-e", "--helpformat", is_flag=True, help="List the columns and exit.")
 @click.option("-p", "--parsable", is_flag=True, help="'|' after every field (sacct -p).")

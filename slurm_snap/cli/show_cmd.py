@@ -39,24 +39,41 @@ def command(ctx, target, set_id, as_json):
     """Show one snapshot set: phases, barriers, volumes, drills, events, timeline.
 
     JOB means the job's newest set (any state); JOB.RESTART the newest of that run.
+    A run without a set (its volumes refused by a Prolog, or nothing cut yet) is
+    shown as the run: declared volumes, each refusal, the job's events.
     """
-    from ..report.show import render, show_doc
+    from ..inventory import refusals
+    from ..report.show import job_doc, render, render_job, show_doc
 
     kind, ident, restart = parse_target(target, set_id)
     caller, _now, tz = caller_and_clock(ctx)
     with ctx.inventory.session(readonly=True) as repo:
         if kind == "job":
+            # Whose job it is comes first: whether it has a set is the owner's business.
+            access.require_jobs(ctx.config, caller, repo.report_job_owners([ident]))
             newest = repo.report_newest_set(ident, restart)
             if newest is None:
-                label = ident if restart is None else f"{ident}.{restart}"
-                raise NotFound(what="snapshot set of job", value=str(label))
+                run = repo.find_job_run(ident, restart)
+                if run is None:
+                    label = ident if restart is None else f"{ident}.{restart}"
+                    raise NotFound(what="snapshot set of job", value=str(label))
+                # A recorded run without a set (the Prolog refused its volumes,
+                # or nothing has been cut yet): say what is known of it.
+                volumes = repo.volumes(run)
+                refused = refusals.of_runs(repo, [run.id]).get(run.id, [])
+                events = repo.events(job_id=run.job_id)
+                lines = None if as_json else render_job(run, volumes, refused, events, tz=tz)
+                doc = job_doc(run, volumes, refused, events) if as_json else None
+                click.echo(json.dumps(doc, indent=2) if as_json else "\n".join(lines))
+                return
             ident = newest.id
         st = repo.report_set_detail(ident)
         access.require_owner_or_operator(ctx.config, caller, owner_uid=st.job_run.uid,
                                          owner_name=st.user_name, what=f"job {st.job_run.label}")
         events = repo.report_events(st.id, st.job_id)
-        lines = None if as_json else render(st, events, tz=tz)
-        doc = show_doc(st, events) if as_json else None
+        refused = refusals.of_runs(repo, [st.job_run_id]).get(st.job_run_id, [])
+        lines = None if as_json else render(st, events, tz=tz, refused=refused)
+        doc = show_doc(st, events, refused=refused) if as_json else None
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     else:

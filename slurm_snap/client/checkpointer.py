@@ -20,12 +20,14 @@ import os
 import signal
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from slurm_snap.client import slurmenv
 from slurm_snap.client.ack import ManifestEntry, build_ack
+from slurm_snap.client import early
 from slurm_snap.client.agree import DEFAULT_TIMEOUT, StepAgreement, distributed
 from slurm_snap.client.marker import mark_first_step
 from slurm_snap.client.signals import SignalFlag, parse_signal
@@ -66,7 +68,8 @@ class Checkpointer:
                  restart_count: int | None = None, env: Mapping[str, str] | None = None, *,
                  world_size: int | None = None, independent: bool | None = None,
                  lockstep: bool | None = None, group=None, agreement_timeout: float = DEFAULT_TIMEOUT,
-                 overlap: bool = True, chain: bool = True, shield_children: bool = True):
+                 overlap: bool = True, chain: bool = True, shield_children: bool = True,
+                 early_release: bool | None = None):
         env = os.environ if env is None else env
         if signals is None:
             configured = env.get("SLURM_SNAP_SIGNAL")
@@ -101,6 +104,9 @@ class Checkpointer:
         if lockstep and self.independent:
             raise BadValueError(what="lockstep", value=lockstep, why="a job cannot be both lockstep and independent")
         self._lockstep = lockstep
+        # Rank 0 requeues a preempted job once every rank acknowledged (client/early.py).
+        self.early_release = _env_bool(env, early.ENV) if early_release is None else bool(early_release)
+        self._early: early.EarlyRelease | None = None
         self._group = group
         self._agreement_timeout = agreement_timeout
         self._overlap = overlap
@@ -346,7 +352,15 @@ class Checkpointer:
             local_rank=self.local_rank, local_size=self.local_size, step=step,
             written_at=datetime.now(timezone.utc), manifest=manifest, world_size=self.world_size,
             independent=self.independent, agreement=self.agreement_state))
+        self._maybe_release_early(epoch)
         return ack_path
+
+    def _maybe_release_early(self, epoch: str) -> None:
+        if (self.early_release and self.rank == 0 and self.world_size and self._early is None
+                and epoch.startswith(PREEMPT_EPOCH_PREFIX)):
+            # Until Slurm's own kill ends this process, whatever GraceTime is.
+            self._early = early.EarlyRelease(self.jobdir, epoch, self.world_size,
+                                             deadline=time.monotonic() + 7 * 86400).start()
 
     def commit_async(self, step: int, future, files: Iterable | Callable[[], Iterable], **kwargs) -> None:
         """commit() once `future` (e.g. torch.distributed.checkpoint.async_save's)
@@ -389,14 +403,22 @@ class Checkpointer:
             raise BadValueError(what="release timeout", value=timeout, why="expected seconds >= 0")
         self._join_commit()
         epoch = self.epoch()
-        released = wait_for_path(self.release_path(epoch), float(timeout),
-                                 should_abort=lambda: self._flag.terminating, use_inotify=use_inotify)
+        try:
+            released = self._wait_release(epoch, timeout, use_inotify)
+        finally:
+            if self._early is not None:
+                self._early.stop()
+                self._early = None
         if not self._flag.terminating:
             self._flag.clear(self._serving or self._flag.requests,
                              after_preempt=epoch.startswith(PREEMPT_EPOCH_PREFIX))
             self._epoch = None
             self._agreed = False
         return released
+
+    def _wait_release(self, epoch: str, timeout: float, use_inotify: bool) -> bool:
+        return wait_for_path(self.release_path(epoch), float(timeout),
+                             should_abort=lambda: self._flag.terminating, use_inotify=use_inotify)
 
     # -- resuming -----------------------------------------------------------
     def resume_info(self) -> dict | None:

@@ -12,17 +12,18 @@ Each is idempotent (Slurm may run a hook twice) and runs under hooks.policy.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 
 from .. import paths
 from ..config import Config
-from ..errors import PathError, Unsupported
-from ..inventory.records import VolumeSpec
+from ..errors import PathError, SnapError, Unsupported, VolumesRefused
+from ..inventory.records import Refusal, VolumeSpec
 from ..slurm import hooknames
 from ..slurm.jobenv import JobEnv
 from ..jobdir import JobDir
-from .volumes import parse_declaration, specs_for_job
+from .volumes import check_snapshottable, parse_declaration, specs_for_job
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +54,30 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
     mine = [s for s in specs if s.node == job.node or (s.scope == "shared" and job.node == job.head_node)]
     per_job = {(d.vc.name) for d in declared if d.rel is None}
+    refused = []
     for spec in mine:
-        _prepare_volume(cfg, spec, job, create=spec.volume_class in per_job and _is_class_path(cfg, spec, job))
-    JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid).write_job({
+        try:
+            _prepare_volume(cfg, spec, job, create=spec.volume_class in per_job and _is_class_path(cfg, spec, job))
+        except PathError as exc:
+            # The declaration is at fault, not the node: prepare the others,
+            # then make sure the user hears of it (below).
+            refused.append(Refusal(node=spec.node, path=spec.path, why=exc.kwargs.get("why") or str(exc)))
+    if refused and cfg.hooks.failure_policy == "closed":
+        # The job will not run: no notice to print, but report/show say why.
+        raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
+    jobdir = JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid)
+    jobdir.write_job({
         "job_id": job.job_id, "restart_count": job.restart_count, "user": job.user, "nodes": list(job.nodes),
         "signal": cfg.protocol.checkpoint_signal,
         "volumes": [{"class": s.volume_class, "scope": s.scope, "node": s.node or None, "path": s.path}
                     for s in specs]})
+    if refused:
+        # Told three ways: the job's own output (the SPANK plugin prints the
+        # notice in every step), the inventory (report/show), and the hook log.
+        jobdir.write_notice(job.node, [
+            f"prolog on {job.node} refused --snapshot-volumes {r.path}: {r.why}; the job runs without "
+            f"snapshots of it (slurm-snap show {job.job_id})" for r in refused])
+        raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
     resumed = ""
     if job.restart_count > 0 and job.node == job.head_node:
         from ..protocol import preempt
@@ -67,6 +85,21 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
         info = preempt.prepare_resume(cfg, inv, job)
         resumed = f"; resume point: {info}" if info else "; no app-consistent set to resume from"
     return f"prepared {len(mine)} volumes on {job.node}{resumed}"
+
+
+def _record_refusals(cfg: Config, inv, job: JobEnv, specs: list, refused: list) -> bool:
+    """Into the inventory (through the service on a node); False if that
+    failed, which is logged and left to the policy's own failure record: the
+    refusal itself is what the hook reports either way."""
+    from ..protocol.preempt import job_fields, recorder_for
+
+    try:
+        recorder_for(cfg, inv).refused(job=job_fields(job), node=job.node, specs=specs,
+                                       refused=[dataclasses.asdict(r) for r in refused])
+        return True
+    except SnapError as exc:
+        log.error("job %s: refusal not recorded in the inventory: %s", job.job_id, exc)
+        return False
 
 
 def _is_class_path(cfg: Config, spec: VolumeSpec, job: JobEnv) -> bool:
@@ -89,6 +122,9 @@ def _prepare_volume(cfg: Config, spec: VolumeSpec, job: JobEnv, *, create: bool)
     if r.exists:
         if r.uid != job.uid:
             raise PathError(spec.path, f"owned by uid {r.uid}, not by the job's user {job.user} (uid {job.uid})")
+        if not create:
+            # What the submit host could not see for a node-local path.
+            check_snapshottable(vc, spec.path, r.ino)
         return
     from ..backends.factory import backend_for_class
 
@@ -104,19 +140,22 @@ def _prepare_volume(cfg: Config, spec: VolumeSpec, job: JobEnv, *, create: bool)
 def _preempt_time(cfg: Config, job: JobEnv) -> int:
     """When the preemption began (epoch seconds), 0 if the job was not preempted.
 
-    Measured on 22.05: by the time the epilogs run, squeue's PreemptTime is
-    the end of the grace period (the kill), not the moment the signal went
-    out. The ranks' acknowledgements are written inside the grace period, so
-    the request time is PreemptTime - GraceTime, less the lag of slurmctld's
-    periodic grace check (measured up to ~10 s) and the one-second resolution.
+    Nothing in the hooks' environment says "preempted" (docs/design.md,
+    "What the epilogs see at a preemption"); squeue does: the job is
+    COMPLETING with a PreemptTime in both EpilogSlurmctld and the node
+    Epilog, and PreemptTime is 0 after a normal end, scancel or scontrol
+    requeue. By the time the epilogs run, PreemptTime is the end of the
+    grace period (the kill), not the moment the signal went out. The ranks'
+    acknowledgements are written inside the grace period, so the request
+    time is PreemptTime - GraceTime, less the lag of slurmctld's periodic
+    grace check (measured up to ~10 s) and the one-second resolution.
+
+    A squeue that fails is an error, never "not preempted": that answer once
+    hid an EpilogSlurmctld that could not reach slurmctld at all.
     """
     from ..slurm import commands
 
-    try:
-        t = commands.squeue_job(job.job_id, timeout=cfg.timeouts.slurm_command).preempt_time
-    except Exception as exc:  # the job may already be gone from squeue
-        log.warning("squeue for job %s failed: %s", job.job_id, exc)
-        return 0
+    t = commands.squeue_job(job.job_id, timeout=cfg.timeouts.slurm_command).preempt_time
     if not t:
         return 0
     return max(1, t - _grace_seconds(cfg, job) - PREEMPT_SLACK)
@@ -151,8 +190,8 @@ def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
         return why
     from ..protocol import preempt
 
-    preempt.epilogslurmctld_mark(cfg, inv, job, t)
-    return f"preempted at {t}: set opened"
+    m = preempt.epilogslurmctld_mark(cfg, inv, job, t)
+    return f"preempted at {t}: set {m.set_id} " + ("opened" if m.created else f"already {m.state}")
 
 
 def epilog(cfg: Config, inv, job: JobEnv) -> str:

@@ -39,6 +39,9 @@ def run_named(config_path: str | None, name: str) -> int:
     except errors.SnapError as exc:  # no config: still never drain the node
         print(f"slurm-snap: {name}: {exc} (policy open)", file=sys.stderr)
         return 0
+    from ..slurm.commands import adopt_conf
+
+    adopt_conf(cfg.slurm.conf)
     state = {"job": None, "inv": None}
 
     def body():
@@ -46,9 +49,15 @@ def run_named(config_path: str | None, name: str) -> int:
         if not job.opted_in:
             return "job did not opt in"
         state["inv"] = _LazyInventory(cfg)
-        return HOOKS[name](cfg, state["inv"], job)
+        try:
+            return HOOKS[name](cfg, state["inv"], job)
+        except errors.VolumesRefused as exc:
+            state["recorded"] = exc.recorded
+            raise
 
     def record_failure(hook, detail):
+        if state.get("recorded"):
+            return  # the hook recorded its failure itself, precisely
         if state["inv"] is not None and state["job"] is not None:
             from ..protocol.preempt import recorder_for
 

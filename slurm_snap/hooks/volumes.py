@@ -104,9 +104,24 @@ def validate_submit(cfg: Config, items, consistency: str, *, uid: int | None = N
     uid = os.getuid() if uid is None else uid
     for d in declared:
         if d.rel is None or d.vc.scope != "shared":
+            # Node-local: the node's disk is not visible here; parse_declaration
+            # checked the syntax, the class and its prefix, the Prolog does the rest.
             continue
         path = path_on(d, None, 0)
         r = paths.resolve(path, cfg.paths.allowed_roots, must_exist=True)
         if uid != 0 and r.uid != uid:
             raise PathError(path, f"owned by uid {r.uid}, not by the submitting user (uid {uid})")
+        check_snapshottable(d.vc, path, r.ino)
     return declared
+
+
+def check_snapshottable(vc: VolumeClass, path: str, inode: int) -> None:
+    """Refuse a declared directory the class's backend cannot cut on its own,
+    saying what to do instead: at submit for shared paths (visible there),
+    in the Prolog for node-local ones."""
+    from ..backends.registry import default_registry
+
+    problem = default_registry().backend_class(vc.backend).volume_problem(path, inode)
+    if problem:
+        where = vc.job_path(None if vc.scope == "shared" else "<node>", "<job id>")
+        raise PathError(path, f"{problem}; or declare the class {vc.name!r} for a per-job volume {where}")

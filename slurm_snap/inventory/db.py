@@ -10,6 +10,8 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import sqlite3
+import urllib.parse
 from pathlib import Path
 
 from sqlalchemy import create_engine, event
@@ -17,7 +19,13 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..errors import InventoryError
+from ..errors import InventoryError, InventoryNotInitialised
+
+# The newest migration (migrations/versions). Commands and hooks compare the
+# database's revision with this before their first transaction instead of
+# asking alembic, whose import alone would cost a hook more than its query;
+# a unit test keeps it equal to alembic's head.
+SCHEMA_HEAD = "0004_volume_refusal"
 
 # statfs f_type of filesystems where SQLite's locking and WAL are unsafe.
 NETWORK_FS = {
@@ -58,13 +66,17 @@ def sqlite_path(url: str) -> str | None:
     return u.database or ":memory:"
 
 
-def make_engine(url: str, *, busy_timeout: float = 30.0, create_dirs: bool = True) -> Engine:
+def make_engine(url: str, *, busy_timeout: float = 30.0, create: bool = False) -> Engine:
+    """An engine for the inventory at `url`. Only `create=True` (db upgrade)
+    may make a SQLite file or its directory: for everyone else a missing
+    file is an inventory not initialised, never an empty one made on the
+    spot for the next query to fail on."""
     try:
         u = make_url(url)
     except ArgumentError:
         raise InventoryError(url=url, why="not a database URL") from None
     if u.get_backend_name() == "sqlite":
-        return _sqlite_engine(url, u.database or ":memory:", busy_timeout, create_dirs)
+        return _sqlite_engine(url, u.database or ":memory:", busy_timeout, create)
     try:
         return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4,
                              connect_args=_server_connect_args(u))
@@ -81,19 +93,26 @@ def _server_connect_args(u) -> dict:
     return {}
 
 
-def _sqlite_engine(url: str, database: str, busy_timeout: float, create_dirs: bool) -> Engine:
+def _sqlite_engine(url: str, database: str, busy_timeout: float, create: bool) -> Engine:
+    engine_url = url
     if database != ":memory:":
         fs = network_fs_of(database)
         if fs:
             raise InventoryError(url=url, why=f"SQLite file is on a {fs} filesystem; it must be on a local disk "
                                               "(use PostgreSQL/MariaDB for a shared inventory)")
         parent = os.path.dirname(os.path.abspath(database))
-        if create_dirs and not os.path.isdir(parent):
+        if create and not os.path.isdir(parent):
             try:
                 os.makedirs(parent, mode=0o750, exist_ok=True)
             except OSError as exc:
                 raise InventoryError(url=url, why=f"cannot create {parent}: {exc.strerror}") from None
-    engine = create_engine(url, connect_args={"timeout": busy_timeout, "isolation_level": None})
+        if not create:
+            # SQLite's own "open, never create" (mode=rw): even a file removed
+            # between our check and the connect is not silently re-made.
+            engine_url = make_url(url).set(
+                database=f"file:{urllib.parse.quote(os.path.abspath(database), safe='/')}",
+                query={**make_url(url).query, "mode": "rw", "uri": "true"})
+    engine = create_engine(engine_url, connect_args={"timeout": busy_timeout, "isolation_level": None})
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record):
@@ -164,6 +183,62 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
             return MigrationContext.configure(conn).get_current_revision() or ""
     except DBAPIError as exc:
         raise InventoryError(url=_redact(str(engine.url)), why=str(exc.orig).strip()) from None
+
+
+def check_ready(engine: Engine, url: str) -> None:
+    """Raise InventoryNotInitialised unless the database exists and its schema
+    is at SCHEMA_HEAD. One query (the alembic_version row); creates nothing."""
+    shown = _redact(url)
+    check_ready_file(url)
+    try:
+        rev = _read_revision(engine, url)
+    except sqlite3.Error as exc:
+        if "no such table" in str(exc):
+            raise InventoryNotInitialised(url=shown, why="it has no slurm-snap schema") from None
+        raise InventoryError(url=shown, why=str(exc)) from None
+    except DBAPIError as exc:
+        msg = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+        # A database without the version table has no schema at all (empty
+        # file, empty server database); anything else is the server's trouble.
+        if _is_missing_table(exc):
+            raise InventoryNotInitialised(url=shown, why="it has no slurm-snap schema") from None
+        raise InventoryError(url=shown, why=msg) from None
+    if rev != SCHEMA_HEAD:
+        raise InventoryNotInitialised(url=shown, why=f"its schema is at revision {rev or '(none)'}, this "
+                                                     f"slurm-snap needs {SCHEMA_HEAD}")
+
+
+def _read_revision(engine: Engine, url: str) -> str | None:
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite" and (u.database or ":memory:") != ":memory:":
+        # Read-only and without the engine's connect pragmas: switching an
+        # empty file to WAL would already be writing to it.
+        path = urllib.parse.quote(os.path.abspath(u.database), safe="/")
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+        try:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        finally:
+            conn.close()
+        return row[0] if row else None
+    with engine.connect() as conn:
+        return conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+
+
+def check_ready_file(url: str) -> None:
+    """A SQLite inventory's file must exist before anything connects to it."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite" and (u.database or ":memory:") != ":memory:":
+        path = os.path.abspath(u.database)
+        if not os.path.exists(path):
+            raise InventoryNotInitialised(url=_redact(url), why=f"no database at {path}")
+
+
+def _is_missing_table(exc: DBAPIError) -> bool:
+    text = str(exc.orig).lower()
+    # sqlite3, PostgreSQL (UndefinedTable, 42P01), MySQL/MariaDB (1146)
+    return ("no such table" in text or "does not exist" in text or "doesn't exist" in text
+            or getattr(exc.orig, "pgcode", None) == "42P01"
+            or (getattr(exc.orig, "args", None) or [None])[0] == 1146)
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -92,6 +92,10 @@ class Volume(Base):
     region: Mapped[str64] = mapped_column(default="")
     prepared_at: Mapped[utc_opt]
     created_at: Mapped[utc]
+    # Set when the node Prolog refused the declared path (migration 0004): the
+    # job runs without it, report/show say why, and no cut touches the path.
+    refused_at: Mapped[utc_opt]
+    refusal: Mapped[Optional[str]] = mapped_column(String(2000), nullable=True)
 
     job_run: Mapped[JobRun] = relationship(back_populates="volumes")
 

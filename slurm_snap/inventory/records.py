@@ -93,6 +93,16 @@ class SnapshotRecord:
                    shared_key=row.shared_key or "", manifest_ok=row.manifest_ok)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A declared volume the node Prolog refused, and why (the hooks' hot path
+    builds these, so they live here, away from the ORM)."""
+
+    node: str          # "" for a shared volume (refused on the head node)
+    path: str
+    why: str
+
+
 @dataclass
 class SetFilter:
     """report's filters, sacct-like. Empty means no restriction."""

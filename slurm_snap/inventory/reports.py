@@ -37,7 +37,9 @@ class ReportQueries:
                 SnapshotSet.verified_at, SnapshotSet.skew_seconds, SnapshotSet.checkpoint_step,
                 SnapshotSet.manifest_ok, SnapshotSet.expected_parts, SnapshotSet.failed_nodes]
         if with_parts:
-            cols.append(select(func.count()).select_from(Snapshot).where(Snapshot.set_id == SnapshotSet.id)
+            # Parts that were cut (a MISSING part records a failure, not a volume cut).
+            cols.append(select(func.count()).select_from(Snapshot)
+                        .where(Snapshot.set_id == SnapshotSet.id, Snapshot.state != "MISSING")
                         .correlate(SnapshotSet).scalar_subquery().label("parts"))
         q = select(*cols).join(JobRun, JobRun.id == SnapshotSet.job_run_id).where(*_set_filter_conds(f))
         q = q.order_by(SnapshotSet.requested_at, SnapshotSet.id)

@@ -9,6 +9,7 @@ writes SQL or builds a select. Callers get a Repository inside
   drills.py    restore drills                (restore-test)
   events.py    the event log                 (every step; show)
   reports.py   report, show, metrics
+  refusals.py  volumes a node Prolog refused (functions over a Repository)
 
 Batch verbs take lists (acks, snapshots, volumes) so a 1,000-node set costs
 one transaction, not one fsync'd transaction per node. Tests call the same
@@ -43,9 +44,11 @@ class Inventory:
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0):
         self.url = url
+        self.busy_timeout = busy_timeout
         self.engine = db.make_engine(url, busy_timeout=busy_timeout)
         self._factory = db.session_factory(self.engine)
         self._read_factory = db.session_factory(self.engine.execution_options(slurm_snap_readonly=True))
+        self._ready = False
 
     @classmethod
     def from_config(cls, cfg) -> "Inventory":
@@ -59,13 +62,28 @@ class Inventory:
         return cls(cfg.inventory.url, busy_timeout=cfg.inventory.busy_timeout)
 
     def upgrade(self) -> str:
-        return db.upgrade(self.engine)
+        """Create or migrate the schema: the only verb that may (db upgrade)."""
+        engine = db.make_engine(self.url, busy_timeout=self.busy_timeout, create=True)
+        try:
+            return db.upgrade(engine)
+        finally:
+            engine.dispose()
+
+    def revision(self) -> str | None:
+        """The schema revision in the database (None: none); creates nothing."""
+        db.check_ready_file(self.url)
+        return db.current_revision(self.engine)
 
     @contextlib.contextmanager
     def session(self, *, readonly: bool = False) -> Iterator[Repository]:
         """One transaction. `readonly` sessions never wait behind a writer on
         SQLite (WAL readers see the last committed state)."""
         factory = self._read_factory if readonly else self._factory
+        if not self._ready:
+            # Once per handle (the hooks open one per run): a missing or
+            # unmigrated inventory is named as such before any query fails on it.
+            db.check_ready(self.engine, self.url)
+            self._ready = True
         try:
             with factory() as session, session.begin():
                 yield Repository(session)

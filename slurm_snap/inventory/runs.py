@@ -75,9 +75,9 @@ class RunQueries:
 
     def volume_rows(self, run_id: int, *, scope: str | None = None) -> list:
         """A run's volumes as plain rows (id, path, scope, node, volume_class,
-        backend, site, region): no ORM objects for a 1,000-node job."""
+        backend, site, region, refusal): no ORM objects for a 1,000-node job."""
         q = select(Volume.id, Volume.path, Volume.scope, Volume.node, Volume.volume_class, Volume.backend,
-                   Volume.site, Volume.region).where(Volume.job_run_id == run_id)
+                   Volume.site, Volume.region, Volume.refusal).where(Volume.job_run_id == run_id)
         if scope is not None:
             q = q.where(Volume.scope == scope)
         return list(self.s.execute(q.order_by(Volume.id)))

@@ -49,10 +49,14 @@ class VolumeInfo:
     backend: str
     site: str = ""
     region: str = ""
+    # Why the node Prolog refused this path ("" if it did not): a refused path
+    # is never handed to a backend (it may be a link swapped in to aim root's cut).
+    refused: str = ""
 
     @classmethod
     def of(cls, v) -> "VolumeInfo":
-        return cls(v.id, v.path, v.scope, v.node or "", v.volume_class, v.backend, v.site or "", v.region or "")
+        return cls(v.id, v.path, v.scope, v.node or "", v.volume_class, v.backend, v.site or "", v.region or "",
+                   getattr(v, "refusal", None) or "")
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,9 @@ def cut_one(v: VolumeInfo, *, job_id: int, set_id: int, backend_for: Callable[[V
             entries: Sequence[Entry], clock: Callable[[], dt.datetime]) -> CutResult:
     """Cut and verify one volume; a failure is returned, never raised."""
     r = CutResult(volume=v, name=snapshot_name(job_id, set_id, v.id))
+    if v.refused:
+        r.error = f"not cut: the Prolog refused this path ({v.refused})"[:500]
+        return r
     try:
         backend = backend_for(v)
         r.cut_started_at = clock()

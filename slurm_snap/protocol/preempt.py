@@ -28,6 +28,7 @@ import datetime as dt
 import logging
 import os
 import time
+import typing
 
 from ..clock import aware, utcnow
 from ..errors import NotFound
@@ -36,7 +37,7 @@ from . import finalize
 from .. import states as S
 from .barrier import AckCollector
 from .cutter import VolumeInfo, assign_manifests, cut_all
-from ..inventory.records import AckRecord, SnapshotRecord, from_json, to_json
+from ..inventory.records import AckRecord, SnapshotRecord, VolumeSpec, from_json, to_json
 
 log = logging.getLogger(__name__)
 
@@ -104,16 +105,24 @@ def _open_set(repo, cfg, job, *, preempt_time: dt.datetime | None, now: dt.datet
     return run, st, created
 
 
-def epilogslurmctld_mark(cfg, inventory, job, preempt_time, *, clock=utcnow) -> int:
+class Marked(typing.NamedTuple):
+    set_id: int
+    created: bool    # False: a node Epilog had opened it already
+    state: str
+
+
+def epilogslurmctld_mark(cfg, inventory, job, preempt_time, *, clock=utcnow) -> Marked:
     """Open the preemption set (QUIESCING, requested at PreemptTime); idempotent."""
     t = _as_time(preempt_time) or clock()
     with inventory.session() as repo:
         run, st, created = _open_set(repo, cfg, job, preempt_time=t, now=clock())
         if st.state == S.PENDING:
             repo.transition(st.id, S.QUIESCING, at=t)
+        # Under load the node Epilogs may have opened (even finalized) it first.
         repo.event("preempt", f"set {st.id} ({st.epoch}) opened at preemption {t:%Y-%m-%dT%H:%M:%SZ}"
-                   + ("" if created else " (already open)"), job_id=job.job_id, set_id=st.id)
-        return st.id
+                   + ("" if created else f" (already {st.state}: opened by a node Epilog)"),
+                   job_id=job.job_id, set_id=st.id)
+        return Marked(st.id, created, st.state)
 
 
 # How much of an Epilog's budget recording the parts and the verdict needs
@@ -186,6 +195,40 @@ class LocalRecorder:
         with self.inv.session() as repo:
             repo.event("hook-failed", f"{hook}: {detail}", job_id=job_id, node=node, level="error")
 
+    def refused(self, *, job: dict, node: str, refused: list, specs: list) -> int:
+        """A node Prolog refused declared volumes: mark them (creating the run's
+        rows, `specs`, if PrologSlurmctld has not recorded them yet) and say so
+        in the job's events. `job` is the Prolog's JobEnv as JSON (job_fields)."""
+        from sqlalchemy.exc import IntegrityError
+
+        from ..inventory import refusals
+
+        items = [refusals.Refusal(**r) for r in refused]
+        specs = [s if isinstance(s, VolumeSpec) else from_json(VolumeSpec, s) for s in specs]
+        for attempt in (1, 2):
+            try:
+                with self.inv.session() as repo:
+                    n = refusals.record(repo, job_id=job["job_id"], restart_count=job["restart_count"],
+                                        user_name=job["user"], uid=job["uid"], partition=job["partition"],
+                                        nodes=job["nodes"], options=job["options"], specs=specs, refused=items)
+                    for r in items:
+                        repo.event("refused", f"prolog on {node} refused {r.path}: {r.why}; the job runs "
+                                   "without its protection", job_id=job["job_id"], node=node, level="error")
+                    return n
+            except IntegrityError:
+                # PrologSlurmctld inserted the run between our look and our
+                # insert: the second attempt finds it.
+                if attempt == 2:
+                    raise
+        return 0
+
+
+def job_fields(job) -> dict:
+    """What the recorder needs of a JobEnv, as JSON (it crosses the service)."""
+    return {"job_id": job.job_id, "restart_count": job.restart_count, "user": job.user, "uid": job.uid,
+            "partition": job.partition, "nodes": list(job.nodes or [job.node]), "volumes": list(job.volumes),
+            "options": job.options()}
+
 
 class RemoteRecorder:
     """The same operations through the controller's slurm-snap service (a
@@ -214,6 +257,9 @@ class RemoteRecorder:
     def hook_failed(self, **kw) -> None:
         self._call("hook-failed", **kw)
 
+    def refused(self, *, specs: list, **kw) -> int:
+        return self._call("volume-refused", specs=[to_json(s) for s in specs], **kw)
+
 
 def recorder_for(cfg, inventory):
     """The recorder of this host: the service when the config names it."""
@@ -232,7 +278,7 @@ def _op(method: str):
 
 # What the service runs for nodes (root only): the LocalRecorder's methods.
 OPS = {"preempt-open": _op("open"), "preempt-cutting": _op("cutting"), "preempt-record": _op("record"),
-       "resume-point": _op("resume_point"), "hook-failed": _op("hook_failed")}
+       "resume-point": _op("resume_point"), "hook-failed": _op("hook_failed"), "volume-refused": _op("refused")}
 
 
 @dataclasses.dataclass(frozen=True)

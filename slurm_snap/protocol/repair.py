@@ -43,6 +43,10 @@ class RepairAction:
     orphans: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     dry_run: bool = False
+    # False when another process (the set's owner, another repair) ended the
+    # set between this repair's look and its label: new_state and reason are
+    # then what that process left, and this repair changed nothing.
+    acted: bool = True
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -118,8 +122,10 @@ def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, 
     with inventory.session() as repo:
         st = repo.get_set(set_id, lock=True)
         if st.state not in S.ACTIVE:
-            action.new_state = st.state
-            action.reason = "finished meanwhile; left alone"
+            # Someone else labelled it (the orphans listed above are theirs
+            # to remove, or already removed): report what they left.
+            action.new_state, action.reason, action.acted = st.state, st.reason or "", False
+            action.orphans = []
             return action
         if st.state == S.CUT or recorded_cut:
             v = finalize.verdict_for(repo, st, allow_crash=cfg.protocol.allow_crash_consistent,
@@ -146,11 +152,21 @@ def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, 
         more, errs = _find_orphans(info, volumes, recorded_cut, backend_for, include_recorded=True)
         action.errors.extend(errs)
         orphans = orphans + [o for o in more if o[2].ref not in action.orphans]
+    deleted, failed = [], []
     for v, backend, ref in orphans:
         try:
             backend.delete(ref)
+            deleted.append(ref.ref)
         except SnapError as exc:
+            failed.append(ref.ref)
             action.errors.append(f"cannot delete {ref.ref}: {exc}")
+    # Only what is gone is reported as deleted; the label written before the
+    # deletes says "were removed", so a failure amends it rather than leave it wrong.
+    action.orphans = deleted
+    if failed:
+        action.reason += f"; {len(failed)} of them could not be removed: {', '.join(failed)}"
+        with inventory.session() as repo:
+            repo.update_set(set_id, reason=action.reason)
     if rolled_back:
         with inventory.session() as repo:
             for p in repo.snapshots(set_id):

@@ -91,7 +91,7 @@ def _skew(r: SetRow, s, e: Env) -> str:
 
 _COLUMNS = (
     Column("JobID", 12, LEFT, lambda r, s, e: r.job_label, "job id, with .RESTART for a requeued run"),
-    Column("SetID", 8, RIGHT, lambda r, s, e: str(r.m["set_id"]), "snapshot set id (show set:ID)"),
+    Column("SetID", 8, RIGHT, _str("set_id"), "snapshot set id (show set:ID); empty for an UNPROTECTED run"),
     Column("User", 9, RIGHT, _str("user_name"), "job owner"),
     Column("Partition", 10, RIGHT, _str("partition"), "partition of the run"),
     Column("Restart", 7, RIGHT, _str("restart_count"), "requeue count of the run"),
@@ -99,9 +99,10 @@ _COLUMNS = (
     Column("Trigger", 8, RIGHT, _str("trigger"), "preempt, manual, periodic or epilog"),
     Column("Wanted", 6, RIGHT, _str("wanted"), "consistency asked for: app or crash"),
     Column("Consistency", 16, RIGHT, _str("consistency"), "label earned: app-consistent, crash-consistent, none"),
-    Column("State", 14, RIGHT, _str("state"), "set state (COMPLETE, VERIFIED, PARTIAL, FAILED, ...)"),
+    Column("State", 14, RIGHT, _str("state"), "set state (COMPLETE, VERIFIED, PARTIAL, FAILED, ...); UNPROTECTED: "
+           "a run without a set whose declared volumes the Prolog refused"),
     Column("Reason", 24, LEFT, _str("reason"), "why the set is not fully good"),
-    Column("Volumes", 7, RIGHT, _volumes, "parts cut / parts expected"),
+    Column("Volumes", 7, RIGHT, _volumes, "parts cut / parts expected (MISSING parts not counted)"),
     Column("Nodes", 5, RIGHT, lambda r, s, e: str(len(r.m["nodes"] or ())), "number of nodes of the run"),
     Column("NodeList", 16, LEFT, lambda r, s, e: ",".join(r.m["nodes"] or ()), "nodes of the run"),
     Column("FailedNodes", 16, LEFT, lambda r, s, e: ",".join(r.m["failed_nodes"] or ()),

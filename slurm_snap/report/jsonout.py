@@ -86,5 +86,22 @@ def report_doc(rows: list[SetRow], *, now: dt.datetime, f) -> dict[str, Any]:
             "start": iso_utc(f.start),
             "end": iso_utc(f.end),
         },
-        "sets": [set_doc(r, now) for r in rows],
+        "sets": [set_doc(r, now) for r in rows if r.m["set_id"] is not None],
+        # Runs without a set whose declared volumes the Prolog refused.
+        "unprotected": [unprotected_doc(r) for r in rows if r.m["set_id"] is None],
+    }
+
+
+def unprotected_doc(r: SetRow) -> dict[str, Any]:
+    m = r.m
+    return {
+        "job": r.job_label,
+        "job_id": m["job_id"],
+        "restart_count": m["restart_count"],
+        "user": m["user_name"],
+        "partition": m["partition"],
+        "nodes": list(m["nodes"] or []),
+        "recorded_at": iso_utc(m["recorded_at"]),
+        "volumes": {"protected": m["expected_parts"] - len(r.refused), "declared": m["expected_parts"]},
+        "refused": [{"node": x.node, "path": x.path, "reason": x.why} for x in r.refused],
     }

@@ -5,12 +5,21 @@ the jobs among them, and (only if a column or --json needs them) their parts.
 """
 from __future__ import annotations
 
+from ..inventory import refusals
 from ..inventory.repository import SetFilter
-from .rows import SetRow
+from .rows import UNPROTECTED, SetRow, order_key, unprotected_row
 
 
 def load_rows(repo, f: SetFilter, *, need_snaps: bool, need_parts: bool = True) -> list[SetRow]:
     rows = [SetRow(m=dict(m)) for m in repo.report_set_rows(f, with_parts=need_parts)]
+    if not f.states or UNPROTECTED in f.states:
+        # Runs the Prolog left unprotected have no set: without these lines
+        # they would be missing from report as if they had never run.
+        runs = refusals.unprotected_runs(repo, f)
+        refused = refusals.of_runs(repo, [r["run_id"] for r in runs])
+        extra = [unprotected_row(r, refused[r["run_id"]]) for r in runs]
+        if extra:
+            rows = sorted(rows + extra, key=order_key)
     if not rows:
         return rows
     bases = repo.report_newest_verified(sorted({r.m["job_id"] for r in rows}))
@@ -18,8 +27,9 @@ def load_rows(repo, f: SetFilter, *, need_snaps: bool, need_parts: bool = True) 
         r.rpo_base = bases.get(r.m["job_id"])
     if need_snaps:
         by_set: dict[int, list] = {}
-        for s in repo.report_snapshot_rows([r.m["set_id"] for r in rows]):
+        for s in repo.report_snapshot_rows([r.m["set_id"] for r in rows if r.m["set_id"] is not None]):
             by_set.setdefault(s["set_id"], []).append(dict(s))
         for r in rows:
             r.snaps = by_set.get(r.m["set_id"], [])
     return rows
+

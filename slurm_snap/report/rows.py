@@ -17,11 +17,17 @@ class Env:
     tz: dt.tzinfo | None = None
 
 
+UNPROTECTED = "UNPROTECTED"
+"""report's State for a job run that has no set because the Prolog refused
+its declared volumes: a line of its own, so the job is not silently absent."""
+
+
 @dataclass
 class SetRow:
     m: Mapping[str, Any]
     rpo_base: dt.datetime | None = None
     snaps: list = field(default_factory=list)
+    refused: list = field(default_factory=list)   # inventory.records.Refusal of the run
 
     @property
     def job_label(self) -> str:
@@ -61,3 +67,24 @@ PHASE_TIMES = (
     ("finished", "finished_at"),
     ("verified", "verified_at"),
 )
+
+
+def unprotected_row(run: Mapping[str, Any], refused: list) -> SetRow:
+    """The line of a run with refused volumes and no set: every set column
+    empty, State UNPROTECTED, Reason naming the first refusal."""
+    first = refused[0]
+    where = f"{first.node} " if first.node else ""
+    reason = (f"prolog refused {len(refused)} of {run['declared']} volumes: {where}{first.path}: {first.why}")
+    m = {key: None for key in ("set_id", "epoch", "trigger", "wanted", "requested_at", "signalled_at",
+                               "barrier_at", "cut_started_at", "cut_done_at", "finished_at", "verified_at",
+                               "skew_seconds", "checkpoint_step", "manifest_ok")}
+    m.update(job_id=run["job_id"], restart_count=run["restart_count"], user_name=run["user_name"],
+             partition=run["partition"], nodes=run["nodes"], consistency="none", state=UNPROTECTED,
+             reason=reason, expected_parts=run["declared"], parts=0, failed_nodes=[],
+             recorded_at=run["created_at"])
+    return SetRow(m=m, refused=list(refused))
+
+
+def order_key(r: SetRow):
+    """Request time for a set, recording time for an unprotected run."""
+    return (r.m["requested_at"] or r.m.get("recorded_at"), r.m["set_id"] or 0)

@@ -48,11 +48,14 @@ def parse_jobs(text: str) -> tuple[list[int], list[tuple[int, int]]]:
 
 
 def parse_states(text: str) -> list[str]:
+    from .rows import UNPROTECTED
+
+    known = S.STATES + (UNPROTECTED,)
     out = []
     for item in _items(text, "state list"):
         state = item.upper()
-        if state not in S.STATES:
-            raise BadValueError(what="state", value=item, why=f"unknown state; one of {', '.join(S.STATES)}")
+        if state not in known:
+            raise BadValueError(what="state", value=item, why=f"unknown state; one of {', '.join(known)}")
         out.append(state)
     return out
 
@@ -81,12 +84,7 @@ def build_filter(sel: Selection, *, cfg, caller: access.Caller, repo, now: dt.da
         if others:
             raise PermissionDenied(why=f"{caller.name} may not list the jobs of {others[0]}: "
                                        "only operators see other users' jobs")
-        all_ids = job_ids + [j for j, _ in job_runs]
-        for jid, owners in sorted(repo.report_job_owners(all_ids).items()):
-            foreign = sorted(owners - {caller.name})
-            if foreign:
-                raise PermissionDenied(why=f"job {jid} belongs to {foreign[0]}; "
-                                           f"{caller.name} is neither its owner nor an operator")
+        access.require_jobs(cfg, caller, repo.report_job_owners(job_ids + [j for j, _ in job_runs]))
         users = [caller.name]
     elif not users and not sel.all_users and not (job_ids or job_runs):
         if not (caller.uid == 0 and not caller.via_sudo):

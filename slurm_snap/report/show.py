@@ -36,6 +36,11 @@ def ranks(values: Sequence[int]) -> str:
     return ",".join(out)
 
 
+def cut_count(snaps) -> int:
+    """Parts that were cut: a MISSING part is the record of a volume that was not."""
+    return sum(1 for s in snaps if s.state != "MISSING")
+
+
 def _ok(v) -> str:
     return "not checked" if v is None else ("ok" if v else "BAD")
 
@@ -44,7 +49,19 @@ def _secs(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f} s"
 
 
-def render(st, events: Sequence, *, tz: dt.tzinfo | None = None) -> list[str]:
+def _refusal_lines(refused: Sequence, declared: int) -> list[str]:
+    if not refused:
+        return []
+    return ([f"  UNPROTECTED: the Prolog refused {len(refused)} of {declared} declared volumes; "
+             "the job ran without their snapshots:"]
+            + [f"    {r.node or '(shared)':<10} {r.path}: {r.why}" for r in refused])
+
+
+def _refusal_docs(refused: Sequence) -> list[dict]:
+    return [{"node": r.node, "path": r.path, "reason": r.why} for r in refused]
+
+
+def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequence = ()) -> list[str]:
     run = st.job_run
     acks, snaps, tests = list(st.acks), list(st.snapshots), list(st.restore_tests)
     out = [f"Set {st.id} of job {run.label} (user {st.user_name}, partition {run.partition or '-'}, "
@@ -53,9 +70,10 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None) -> list[str]:
            f"  state {st.state}, consistency {st.consistency}"]
     if st.reason:
         out.append(f"  reason: {st.reason}")
+    out += _refusal_lines(refused, len(run.volumes))
     step = "-" if st.checkpoint_step is None else st.checkpoint_step
     out.append(f"  checkpoint step {step}, skew {_secs(st.skew_seconds)}, manifest {_ok(st.manifest_ok)}, "
-               f"volumes {len(snaps)}/{st.expected_parts}")
+               f"volumes {cut_count(snaps)}/{st.expected_parts}")
     if st.failed_nodes:
         out.append(f"  failed nodes: {','.join(st.failed_nodes)}")
 
@@ -113,7 +131,45 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None) -> list[str]:
     return [line.rstrip() for line in out]
 
 
-def show_doc(st, events: Sequence) -> dict[str, Any]:
+def render_job(run, volumes: Sequence, refused: Sequence, events: Sequence, *,
+               tz: dt.tzinfo | None = None) -> list[str]:
+    """`show JOB` of a run that has no set: what was declared, what the
+    Prolog refused, and the job's events, rather than "not found"."""
+    out = [f"Job {run.label} (user {run.user_name}, partition {run.partition or '-'}, "
+           f"nodes {','.join(run.nodes) or '-'}): no snapshot set"]
+    out += _refusal_lines(refused, len(volumes))
+    out += ["", "Volumes:"]
+    if volumes:
+        out.append(f"  {'NODE':<10} {'VOLUME':<28} {'CLASS':<10} {'BACKEND':<12} STATE")
+        for v in volumes:
+            state = f"REFUSED: {v.refusal}" if v.refused_at is not None else "declared"
+            out.append(f"  {v.node or '(shared)':<10} {v.path:<28} {v.volume_class:<10} {v.backend:<12} {state}")
+    else:
+        out.append("  (none)")
+    out += ["", "Events:"]
+    for e in events:
+        out.append(f"  {precise(e.at, tz)} {e.level:<7} {e.node or '-':<10} {e.kind}: {e.message}")
+    if not events:
+        out.append("  (none)")
+    return [line.rstrip() for line in out]
+
+
+def job_doc(run, volumes: Sequence, refused: Sequence, events: Sequence) -> dict[str, Any]:
+    """show --json of a run without a set: "set" is null."""
+    return {
+        "version": 1,
+        "job": {"job": run.label, "job_id": run.job_id, "restart_count": run.restart_count,
+                "user": run.user_name, "partition": run.partition, "nodes": list(run.nodes),
+                "volumes": [{"node": v.node, "path": v.path, "class": v.volume_class, "backend": v.backend,
+                             "refused": v.refusal if v.refused_at is not None else None} for v in volumes]},
+        "set": None,
+        "refused": _refusal_docs(refused),
+        "events": [{"at": iso_utc(e.at), "level": e.level, "node": e.node, "kind": e.kind, "message": e.message}
+                   for e in events],
+    }
+
+
+def show_doc(st, events: Sequence, *, refused: Sequence = ()) -> dict[str, Any]:
     """show --json: the set's report document plus acks, parts, drills and events (version 1)."""
     run = st.job_run
     return {
@@ -125,7 +181,9 @@ def show_doc(st, events: Sequence) -> dict[str, Any]:
             "reason": st.reason, "times": {name: iso_utc(getattr(st, col)) for name, col in PHASE_TIMES},
             "skew_seconds": st.skew_seconds, "checkpoint_step": st.checkpoint_step,
             "manifest_ok": st.manifest_ok, "expected_parts": st.expected_parts,
+            "volumes": {"cut": cut_count(st.snapshots), "expected": st.expected_parts},
             "failed_nodes": list(st.failed_nodes or []),
+            "refused": _refusal_docs(refused),
         },
         "acks": [{"node": a.node, "rank": a.rank, "local_rank": a.local_rank, "local_size": a.local_size,
                   "step": a.step, "written_at": iso_utc(a.written_at), "received_at": iso_utc(a.received_at)}

@@ -154,6 +154,10 @@ def program_env(owner: pwd.struct_passwd, restore_map: dict, per_class: dict, ma
     return env
 
 
+def _owns(caller: Caller, run) -> bool:
+    return caller.uid == run.uid or caller.name == run.user_name
+
+
 class Drill:
     """One restore drill (or a sweep of dead ones) against an inventory."""
 
@@ -173,7 +177,10 @@ class Drill:
             if kind == "set":
                 st = repo.get_set(value)
             else:
-                repo.job_run(value)  # NotFound names the job
+                run = repo.job_run(value)  # NotFound names the job
+                # Before saying whether it has a drillable set: that is the owner's business.
+                require_owner_or_operator(self.cfg, self.caller, owner_uid=run.uid, owner_name=run.user_name,
+                                          what=f"job {run.label}")
                 st = repo.drillable_set(value)
                 if st is None:
                     raise errors.NotFound(what="drillable snapshot set of job", value=str(value))
@@ -390,8 +397,14 @@ class Drill:
         Returns messages about what was cleaned or could not be.
         """
         messages: list[str] = []
+        operator = is_operator(self.cfg, self.caller)
         with self.inv.session() as repo:
             running = [(rt.id, rt.set_id, rt.target, rt.started_at) for rt in repo.running_restore_tests()]
+            if not operator:
+                # A sweep names no job: a user's covers their own drills, never
+                # another's (cancelling its Slurm job, failing its set).
+                runs = {set_id: repo.get_set(set_id).job_run for _, set_id, _, _ in running}
+                running = [r for r in running if _owns(self.caller, runs[r[1]])]
             rows = {rt_set: repo.snapshots(rt_set, include_deleted=True) for _, rt_set, _, _ in running}
         now = utcnow()
         for test_id, set_id, ns, started in running:

@@ -197,6 +197,11 @@ def serve(cfg, *, listen: str, pidfile: str | None, run_cli, ops) -> None:
 
     srv = Server((host, port), None, bind_and_activate=True)
     srv.service = Service(cfg, run_cli=run_cli, ops=ops)
+    # Every request runs in a forked child: import the ORM once here, not in
+    # each child. Each child importing it cost ~0.5 s of CPU, which a burst of
+    # preempted jobs' Epilogs (3 requests each) turned into hooks that ran out
+    # of budget on a 2-core controller. Modules only: no engine crosses a fork.
+    from ..inventory import repository  # noqa: F401
     if pidfile:
         from ..fsio import atomic_write
 

@@ -15,6 +15,20 @@ from ..errors import CommandFailed, NotFound, Timeout, ToolMissing
 
 _BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
 _SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+# Where Slurm's commands look without SLURM_CONF (Debian's and upstream's build default).
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+
+
+def adopt_conf(conf: str) -> None:
+    """Give this process's Slurm commands the cluster's slurm.conf when the
+    environment names none: the slurmctld hooks get no SLURM_CONF (a node's
+    slurmd passes its own, which then wins), nor does a sudo'ed command."""
+    if conf and not os.environ.get("SLURM_CONF"):
+        os.environ["SLURM_CONF"] = conf
+
+
+def effective_conf() -> str:
+    return os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF
 
 
 def tool(name: str) -> str:

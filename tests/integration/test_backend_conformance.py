@@ -367,6 +367,35 @@ def test_invalid_snapshot_name_is_rejected(h: Harness):
     assert h.backend.list(h.volume) == []
 
 
+# Backends whose volumes are directories named by path (zfs, lvm and gpfs name
+# datasets, logical volumes and filesets; lustre cuts the whole filesystem).
+PATH_BACKENDS = [pytest.param("btrfs", marks=REAL), pytest.param("btrfs-ssh", marks=REAL),
+                 pytest.param("xfs-reflink", marks=REAL), "cephfs"]
+
+
+@pytest.mark.parametrize("h", PATH_BACKENDS, indirect=True)
+def test_a_volume_swapped_for_a_symlink_is_refused_as_a_symlink(h: Harness):
+    """Checked at submit, the volume is then replaced by a link (to another
+    volume here: one root could snapshot, list or clone through it). Every
+    verb that takes the volume says "symlink", cuts nothing through it, and
+    leaves the link and its target alone (issue 21 item 4)."""
+    target_snaps = h.backend.list(h.other_volume)
+    moved = h.volume + ".real"
+    os.rename(h.volume, moved)
+    os.symlink(h.other_volume, h.volume)
+    try:
+        for verb in (lambda: h.backend.create(h.volume, "s1"), lambda: h.backend.list(h.volume)):
+            with pytest.raises(errors.BadValueError) as e:
+                verb()
+            assert h.volume in str(e.value) and "is a symlink" in str(e.value), str(e.value)
+            assert "inode" not in str(e.value)
+        assert os.path.islink(h.volume) and os.readlink(h.volume) == h.other_volume
+        assert h.backend.list(h.other_volume) == target_snaps
+    finally:
+        os.unlink(h.volume)
+        os.rename(moved, h.volume)
+
+
 # --------------------------------------------------------------------------- backend-specific
 @pytest.mark.integration
 def test_btrfs_refuses_a_plain_directory_as_volume(btrfs_fs):

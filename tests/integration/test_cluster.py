@@ -370,7 +370,8 @@ def _read_as_node(config: str, job_id: int):
     return cfg.inventory.url.split("://")[0], ping(cfg), call(cfg, "resume-point", job_id=job_id)
 
 
-def assert_nothing_left(state: Path, tag: str, inodes: set[str], pids: dict[str, int]) -> None:
+def assert_nothing_left(state: Path, tag: str, inodes: set[str], pids: dict[str, int], *,
+                        kept: bool = False) -> None:
     assert [name for name, pid in pids.items() if pid_alive(pid)] == []
     assert processes_in(inodes) == []
     assert mounts_under(state) == []
@@ -378,6 +379,9 @@ def assert_nothing_left(state: Path, tag: str, inodes: set[str], pids: dict[str,
     assert processes_using(state) == []
     assert netns_named(tag) == []
     assert root_links_named(tag) == []
+    # `down` removes the state dir itself (its loop images above all: a next
+    # `up` must not reuse full disks) unless asked to keep it (issue 21 item 8).
+    assert state.exists() == kept
 
 
 def test_second_cluster_side_by_side_on_mariadb_and_down_leaves_nothing(cluster):
@@ -447,10 +451,17 @@ def test_a_cluster_that_failed_half_way_up_comes_down_cleanly(cluster):
         assert {"n1/run/sshd.pid", "ctl/pg/data/postmaster.pid"} <= set(pids) and all(pid_alive(p) for p in pids.values())
         assert len(mounts_under(state)) >= 8 and loops_backed_by(state)
 
+        down = run_dev_cluster("down", state, "--keep-state", timeout=300)
+        assert down.returncode == 0, down.stderr
+        assert_nothing_left(state, tag, inodes, pids, kept=True)
+        # kept: its logs can be read, its images sit unattached
+        assert (state / "log" / "spank-build.log").exists() and list((state / "img").glob("*.img"))
+        assert node_names_from_srun(cluster) == ["n1", "n2", "n3"]
+        # a later plain `down` of the kept, stopped cluster removes it
         down = run_dev_cluster("down", state, timeout=300)
         assert down.returncode == 0, down.stderr
-        assert_nothing_left(state, tag, inodes, pids)
-        assert node_names_from_srun(cluster) == ["n1", "n2", "n3"]
+        assert not state.exists()
     finally:
-        run_dev_cluster("down", state, timeout=300)
+        if state.exists():
+            run_dev_cluster("down", state, timeout=300)
         remove_state_dir(state)

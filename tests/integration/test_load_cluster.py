@@ -1,6 +1,6 @@
 """Many jobs opting in at once on the dev cluster: 36 small one-node jobs with
---snapshot-volumes=scratch submitted back to back (6 run at a time on 3
-nodes x 2 CPUs). Every job must run, every run and its node-local volume
+--snapshot-volumes=scratch submitted back to back (24 run at a time: 3
+nodes x 2 CPUs, each shared by 4 jobs on the low partition). Every job must run, every run and its node-local volume
 must be recorded and prepared by the hooks, no hook may fail, and no node may
 end drained. Kept under about two minutes.
 """

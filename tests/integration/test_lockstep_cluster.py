@@ -113,9 +113,8 @@ def _steps_after(log: Path, step: int) -> int:
     return sum(int(n) > step for n in re.findall(r"^step (\d+) loss", _text(log), re.M))
 
 
-def _preempt_and_resume(cluster, jid: int, log: Path, world: int = 6) -> tuple[int, int]:
-    """Preempt; wait for the one preemption set; wait for every rank of the
-    requeued run to resume at its step + 1 with identical parameters."""
+def _preempted_one_point(cluster, jid: int, world: int = 6) -> tuple[int, int]:
+    """Preempt; the one preemption set is COMPLETE app-consistent at one step."""
     cluster.preempt()
     found = _wait(lambda: [s for s in cluster.inventory(_preempt_sets, jid)
                            if s[1] not in ("PENDING", "QUIESCING", "CUTTING", "CUT")], 180,
@@ -124,6 +123,13 @@ def _preempt_and_resume(cluster, jid: int, log: Path, world: int = 6) -> tuple[i
     set_id, state, consistency, reason, step, epoch = found[0]
     assert (state, consistency, epoch) == ("COMPLETE", "app-consistent", "preempt-0"), reason
     assert _one_point(cluster, set_id, world) == step
+    return set_id, step
+
+
+def _preempt_and_resume(cluster, jid: int, log: Path, world: int = 6) -> tuple[int, int]:
+    """Preempt (one set, one point); wait for every rank of the requeued run to
+    resume at its step + 1 with identical parameters."""
+    set_id, step = _preempted_one_point(cluster, jid, world)
     before = len(RESUMED.findall(_text(log)))
 
     def resumed():
@@ -256,14 +262,7 @@ def test_lightning_job_with_its_auto_requeue_gives_one_checkpoint_one_requeue_on
     jid, log, _train = _start(cluster, "lightning", SRUN.replace("--release-timeout 60 ", ""), "-p", "low",
                               "--requeue", "--open-mode=append", "--snapshot-on-preempt", program="train_lightning.py")
     try:
-        cluster.preempt()
-        found = _wait(lambda: [s for s in cluster.inventory(_preempt_sets, jid)
-                               if s[1] not in ("PENDING", "QUIESCING", "CUTTING", "CUT")], 180,
-                      lambda: f"no finished preemption set; hook log:\n{cluster.hook_log()[-4000:]}")
-        assert len(found) == 1, found
-        set_id, state, consistency, reason, step, _epoch = found[0]
-        assert (state, consistency) == ("COMPLETE", "app-consistent"), reason
-        assert _one_point(cluster, set_id) == step
+        _set_id, step = _preempted_one_point(cluster, jid)
         _wait(lambda: len(RESUMED.findall(_text(log))) >= 6 and _steps_after(log, step) >= 6, 240,
               lambda: f"the requeued run did not resume:\n{_text(log)[-4000:]}")
         resumed = RESUMED.findall(_text(log))

@@ -10,6 +10,7 @@ another user's directory.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 
 import pytest
@@ -69,9 +70,15 @@ def test_shell_metacharacters_in_a_missing_path_are_named_literally(cluster, can
 
 @pytest.mark.parametrize("name", ["with space", "it's", "$(touch {canary})", "a;b|c&d"])
 def test_shell_metacharacters_in_an_existing_own_path_are_accepted_as_data(cluster, canary, name):
-    d = cluster.make_user_dir(name.format(canary=canary))
+    # A volume the pfs backend (btrfs) can cut alone, made by the user: a plain
+    # directory is refused at submit for that reason, not for its name.
+    d = cluster.user_dir() / name.format(canary=canary)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["/usr/bin/btrfs", "subvolume", "create", str(d)], check=True, capture_output=True)
+    os.chown(d, *user_ids(cluster.user))
     proc = submit(cluster, f"--snapshot-volumes={d}")
     assert proc.returncode == 0, proc.stderr
+    assert not os.path.exists(canary)
 
 
 def test_invalid_utf8_in_a_path(cluster, canary):

@@ -225,3 +225,102 @@ def test_cli_filter_sets_the_signal_only_when_needed(kind, signal, flag, inside_
                           env=env, capture_output=True, text=True, timeout=10)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == expected
+
+
+# --- issue 21: what sbatch checks, what the Prolog refuses, and who is told ----
+
+def _finished(cluster, job_id: int, timeout: float = 90):
+    cluster.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=timeout)
+
+
+def _btrfs_subvolume(cluster, path: Path) -> None:
+    """As the user on login, as the README tells them (btrfs lets a user make one)."""
+    proc = cluster.run(["/usr/bin/btrfs", "subvolume", "create", str(path)], user=cluster.user)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_plain_directory_on_pfs_is_refused_at_submit_with_what_to_do(cluster):
+    """Item 4: the pfs is visible from the submit host, so a directory btrfs
+    cannot snapshot alone fails sbatch, instead of every set failing later."""
+    plain = cluster.make_user_dir(f"plain-{time.monotonic_ns()}")
+    proc = submit(cluster, "--snapshot-on-preempt", f"--snapshot-volumes={plain}")
+    assert_rejected(proc, str(plain), "not a btrfs subvolume", f"btrfs subvolume create {plain}",
+                    "or declare the class 'pfs'")
+    vol = cluster.user_dir() / f"vol-{time.monotonic_ns()}"
+    _btrfs_subvolume(cluster, vol)
+    assert submit(cluster, "--snapshot-on-preempt", f"--snapshot-volumes={vol}").returncode == 0
+
+
+def _readme_user_guide() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    block = text.split("## User's guide", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].strip() for line in block.splitlines()
+            if line.startswith(("sbatch ", "btrfs "))]
+
+
+def test_the_readmes_sbatch_examples_work_on_the_dev_cluster(cluster):
+    """Item 4: the user's guide shows only submissions this cluster accepts."""
+    lines = _readme_user_guide()
+    assert sum(line.startswith("sbatch ") for line in lines) >= 2, lines
+    run7 = f"run7-{time.monotonic_ns()}"
+    for line in lines:
+        argv = line.replace("$PFS", str(cluster.pfs)).replace("$USER", cluster.user).replace("run7", run7).split()
+        if argv[0] == "btrfs":
+            _btrfs_subvolume(cluster, Path(argv[-1]))
+            continue
+        assert argv[0] == "sbatch" and argv[-1] == "job.sh", line
+        proc = submit(cluster, *argv[1:-1])
+        assert proc.returncode == 0, (line, proc.stderr)
+
+
+def test_sbatch_help_is_what_etc_readme_shows(cluster):
+    """--help and the admin guide say the same about every option."""
+    proc = cluster.run(["sbatch", "--help"], user=cluster.user)
+    shown = (REPO / "etc" / "README.md").read_text().split("`sbatch --help` then shows:", 1)[1]
+    shown = shown.split("```", 2)[1]
+    norm = lambda t: " ".join(t.split())  # noqa: E731  (sbatch wraps at its own width)
+    assert norm(shown) in norm(proc.stdout), proc.stdout
+
+
+def test_a_prolog_refusal_is_told_in_the_jobs_output_in_report_and_in_show(cluster):
+    """Item 3: a node-local path the submit host cannot see is a link to /etc on
+    n2 only (a volume on n1). sbatch accepts it; n2's Prolog refuses it; the
+    job runs, and its output (batch step and srun step), `report` and `show`
+    say so, through the user's own commands on login."""
+    name = f"vol-{time.monotonic_ns()}"
+    path = f"{cluster.scratch}/users/{cluster.user}/{name}"
+    uid, gid = user_ids(cluster.user)
+    n1 = cluster.disk("n1") / "users" / cluster.user / name
+    subprocess.run(["/usr/bin/btrfs", "subvolume", "create", str(n1)], check=True, capture_output=True)
+    os.chown(n1, uid, gid)
+    n2 = cluster.disk("n2") / "users" / cluster.user / name
+    os.symlink("/etc", n2)
+    os.lchown(n2, uid, gid)
+    out = cluster.make_user_dir(f"refused-{time.monotonic_ns()}")
+    job = cluster.sbatch("-N2", "-w", "n1,n2", "-o", f"{out}/%j.out", "--snapshot-on-preempt",
+                         f"--snapshot-volumes=pfs,{path}", "--wrap", "echo batch-ran; srun -N2 -n2 /bin/true")
+    _finished(cluster, job)
+    text = (out / f"{job}.out").read_text()
+    notice = f"slurm-snap: prolog on n2 refused --snapshot-volumes {path}: {path} is a symlink"
+    # once from the batch script (task 0 of the batch step), once from the srun step's task 0
+    assert text.count(notice) == 2 and "batch-ran" in text, text
+    assert "prolog on n1" not in text
+    assert not (cluster.disk("n2") / "jobs").exists() or str(job) not in os.listdir(cluster.disk("n2") / "jobs")
+    # report (as the user, on login, through the service): not silently absent
+    rep = cluster.cli("report", "-j", str(job), "-P", "-n", "-o", "JobID,SetID,State,Volumes,Reason",
+                      host="login", user=cluster.user)
+    assert rep.returncode == 0, rep.stderr
+    jid, set_id, state, volumes, reason = rep.stdout.strip().split("|")
+    assert (jid, set_id, state, volumes) == (str(job), "", "UNPROTECTED", "0/3")
+    assert reason.startswith(f"prolog refused 1 of 3 volumes: n2 {path}: ") and "symlink" in reason
+    shown = cluster.cli("show", str(job), host="login", user=cluster.user)
+    assert shown.returncode == 0, shown.stderr
+    assert f"Job {job} (user {cluster.user}" in shown.stdout and "no snapshot set" in shown.stdout
+    assert "UNPROTECTED: the Prolog refused 1 of 3 declared volumes" in shown.stdout
+    assert f"n2         {path}: {path} is a symlink" in shown.stdout
+    # the other user may not look (exit 4), on login too
+    other = cluster.cli("show", str(job), host="login", user=cluster.other_user)
+    assert other.returncode == 4, (other.stdout, other.stderr)
+    # the node stays up: a refusal is the user's, not the node's
+    sinfo = cluster.run(["sinfo", "-h", "-n", "n2", "-o", "%t"], timeout=30).stdout.strip()
+    assert not sinfo.startswith(("drain", "drng", "down")), sinfo

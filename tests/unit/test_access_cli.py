@@ -75,6 +75,21 @@ COMMANDS = {
     "restore-test-cleanup": lambda e: ["restore-test", "--cleanup"],
     "prune-user": lambda e: ["prune", "--user", OWNER, "--keep-last", "0", "--keep-within", "1s", "--apply"],
     "repair": lambda e: ["repair"],
+    # Every other form that names the job or its set (issue 21 item 2).
+    "snapshot-json": lambda e: ["snapshot", str(e.job_id), "--json", "--consistency", "crash"],
+    "show-job-restart": lambda e: ["show", f"{e.job_id}.0"],
+    "show-job-json": lambda e: ["show", "--json", str(e.job_id)],
+    "report-job-restart": lambda e: ["report", "-j", f"{e.job_id}.0"],
+    "report-job-json": lambda e: ["report", "-j", str(e.job_id), "--json"],
+    "report-job-snapshots": lambda e: ["report", "-j", str(e.job_id), "--snapshots"],
+    "report-job-by-user": lambda e: ["report", "-j", str(e.job_id), "--rpo-by-user"],
+    "report-state-all": lambda e: ["report", "-a", "-s", "COMPLETE"],
+    "restore-test-submit": lambda e: ["restore-test", str(e.job_id), "--command", "/bin/true", "--submit"],
+    "restore-test-json": lambda e: ["restore-test", f"set:{e.set_id}", "--command", "/bin/true", "--json"],
+    "prune-job": lambda e: ["prune", "--job", str(e.job_id), "--keep-last", "1", "--apply"],
+    "prune-job-dry": lambda e: ["prune", "--job", str(e.job_id), "--keep-within", "1s"],
+    "prune-job-json": lambda e: ["prune", "--job", str(e.job_id), "--keep-within", "1s", "--json"],
+    "prune-job-and-own-user": lambda e: ["prune", "--job", str(e.job_id), "--user", OTHER, "--keep-within", "1s"],
 }
 
 
@@ -92,14 +107,27 @@ def test_other_user_is_refused_with_exit_4(world, monkeypatch, capsys, name):
     assert not os.path.isdir(restore_root) or os.listdir(restore_root) == []
 
 
-def test_prune_of_a_job_by_another_user_touches_only_their_own_sets(world, monkeypatch, capsys):
-    """prune scopes a non-operator to their own sets: another's job is simply not selected."""
+def test_prune_without_a_job_or_user_touches_only_the_callers_own_sets(world, monkeypatch, capsys):
+    """A bare prune names nobody's job: a non-operator's selects only their own sets."""
     before = state_of(world)
     as_user(monkeypatch, OTHER_UID)
-    rc = main(["--config", world.cfg.path, "prune", "--job", str(world.job_id), "--keep-within", "1s", "--apply"])
+    rc = main(["--config", world.cfg.path, "prune", "--keep-within", "1s", "--apply"])
     out = capsys.readouterr().out
     assert rc == 0 and "deleted 0 set(s)" in out
     assert state_of(world) == before
+
+
+@pytest.mark.parametrize("name", ["show-job", "restore-test-job"])
+def test_another_users_job_without_a_set_is_refused_not_not_found(world, monkeypatch, capsys, name):
+    """Whether a job has a set yet is the owner's business: 4, never 5, for anyone else."""
+    with world.inv.session() as repo:
+        run = repo.record_job_run(job_id=4343, restart_count=0, user_name=OWNER, uid=OWNER_UID, nodes=["n1"])
+    as_user(monkeypatch, OTHER_UID)
+    argv = ["show", "4343"] if name == "show-job" else ["restore-test", "4343", "--command", "/bin/true"]
+    rc = main(["--config", world.cfg.path, *argv])
+    err = capsys.readouterr().err
+    assert rc == errors.PERMISSION, err
+    assert f"job 4343 belongs to {OWNER}" in err and OTHER in err
 
 
 @pytest.mark.parametrize("name", ["show-job", "show-set", "report-job", "report-user"])
@@ -252,3 +280,42 @@ def test_prolog_refuses_a_barrier_entry_the_user_replaced_with_a_link(tmp_path):
     assert str(base / "9") in str(ei.value) and "refusing to follow" in str(ei.value)
     st = os.stat(victim)
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
+
+
+def _dead_drill(env) -> int:
+    """A restore test of OWNER's set whose drill process died long ago (no namespace left)."""
+    import datetime as dt
+
+    from slurm_snap.inventory.models import RestoreTest
+    with env.inv.session() as repo:
+        rt = RestoreTest(set_id=env.set_id, command="/bin/true", target="", result="RUNNING",
+                         started_at=dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1))
+        repo.s.add(rt)
+        repo.s.flush()
+        return rt.id
+
+
+def _result(env, test_id):
+    with env.inv.session() as repo:
+        return repo.restore_test(test_id).result
+
+
+@pytest.mark.parametrize("how", ["collect", "sweep-before-a-drill"])
+def test_another_users_sweep_leaves_the_owners_drills_alone(world, monkeypatch, capsys, how):
+    """--collect (and the sweep every drill starts with) names no job: for a
+    non-operator it covers their own drills only, never the owner's."""
+    from slurm_snap.restore.drill import Drill
+
+    test_id = _dead_drill(world)
+    if how == "collect":
+        as_user(monkeypatch, OTHER_UID)
+        assert main(["--config", world.cfg.path, "restore-test", "--collect"]) == 0
+        capsys.readouterr()
+    else:   # what Drill.run() does first, as the other user
+        Drill(world.cfg, world.inv, caller=access.Caller(uid=OTHER_UID, name=OTHER, via_sudo=True)).sweep()
+    assert _result(world, test_id) == "RUNNING"
+    # the owner's own sweep (and an operator's) does clean it up
+    as_user(monkeypatch, OWNER_UID)
+    assert main(["--config", world.cfg.path, "restore-test", "--collect"]) == 0
+    assert "interrupted drill cleaned up" in capsys.readouterr().out
+    assert _result(world, test_id) == "FAILED"

@@ -3,7 +3,6 @@ signal -> checkpoint -> ack -> (held) -> release -> continue; then resume.
 Needs torch (the `example` extra): a failure in CI, a skip elsewhere."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import queue
@@ -29,10 +28,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module", autouse=True)
 def torch_available():
-    from realcomponents import require
+    from realcomponents import require_torch
 
-    require(importlib.util.find_spec("torch") is not None,
-            f"torch is not installed in {sys.executable} (pip install .[example])")
+    require_torch()
 
 
 class Run:

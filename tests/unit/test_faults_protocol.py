@@ -261,7 +261,7 @@ def _preempted_then_requeued(env):
     t_pre = now() - dt.timedelta(seconds=2)
     for i, node in enumerate(env.nodes):
         env.ack(node, i, "preempt-0", step=9, manifest=[env.write_checkpoint(node, i, step=9)])
-    set_id = preempt.epilogslurmctld_mark(env.cfg, env.inv, Job(env, "", 1), t_pre.timestamp())
+    set_id = preempt.epilogslurmctld_mark(env.cfg, env.inv, Job(env, "", 1), t_pre.timestamp()).set_id
     preempt.epilog_cut(env.cfg, env.inv, Job(env, "n1", 1), preempt_time=t_pre.timestamp())
     st, parts, _a, _e = load(env, set_id)
     assert st.state == S.CUTTING and len(parts) == 2          # n2's Epilog has not run yet

@@ -8,7 +8,6 @@ to every process of the rank (DataLoader workers included), or to a subset.
 Needs torch (the `example` extra): a failure in CI, a skip elsewhere."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import queue
@@ -35,10 +34,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module", autouse=True)
 def torch_available():
-    from realcomponents import require
+    from realcomponents import require_torch
 
-    require(importlib.util.find_spec("torch") is not None,
-            f"torch is not installed in {sys.executable} (pip install .[example])")
+    require_torch()
 
 
 def free_port() -> int:

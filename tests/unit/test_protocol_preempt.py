@@ -57,7 +57,7 @@ def the_set(env):
 def test_mark_then_every_epilog_gives_one_app_consistent_set(env):
     t_pre = now() - dt.timedelta(seconds=2)
     ranks_ack_at_preemption(env)
-    set_id = preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre.timestamp())
+    set_id = preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre.timestamp()).set_id
     st, _p, _a, _e = the_set(env)
     assert (st.id, st.state, st.epoch, st.trigger) == (set_id, S.QUIESCING, "preempt-0", "preempt")
     assert abs((st.requested_at - t_pre).total_seconds()) < 1e-3 and st.signalled_at == st.requested_at
@@ -177,7 +177,7 @@ def test_unknown_job_is_not_found(env):
 def test_late_epilog_after_the_requeued_runs_prolog_finishes_the_open_set(env):
     t_pre = now() - dt.timedelta(seconds=2)
     ranks_ack_at_preemption(env)
-    set_id = preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre.timestamp())
+    set_id = preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre.timestamp()).set_id
     preempt.epilog_cut(env.cfg, env.inv, job(env, "n1"), preempt_time=t_pre.timestamp())
     with env.inv.session() as repo:  # the requeued run starts before n2's Epilog ran
         repo.record_job_run(job_id=env.job_id, restart_count=1, user_name="alice", uid=1000, nodes=list(env.nodes))

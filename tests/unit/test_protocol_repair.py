@@ -169,3 +169,92 @@ def test_cli_repair_json_and_operator_only(tmp_path, capsys, monkeypatch):
     assert "PENDING -> FAILED" in capsys.readouterr().out
     assert main(["--config", env.cfg.path, "repair"]) == 0
     assert "nothing to repair" in capsys.readouterr().out
+
+
+def test_a_set_finished_by_another_process_meanwhile_is_reported_as_left_alone(tmp_path, capsys):
+    """Two repairs (two runs sharing a cluster) can pick the same abandoned set.
+    The one that loses the race must say that it changed nothing and what the
+    other left, never "labelled OLD -> NEW" for a label it did not write, nor
+    "deleted" for orphans it did not delete."""
+    from slurm_snap.backends.registry import get_backend
+    from slurm_snap.protocol.cutter import snapshot_name
+
+    env = make_env(tmp_path)
+    with env.inv.session() as repo:
+        run = repo.job_run(env.job_id)
+        st, _ = repo.create_set(run, epoch="srace", trigger="manual", owner="gone-host:1:1",
+                                deadline=dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1))
+        repo.transition(st.id, S.CUTTING)
+        vols = repo.volumes(run)
+        set_id = st.id
+    real = get_backend("test-copy", {})
+    real.create(vols[0].path, snapshot_name(env.job_id, set_id, vols[0].id))
+
+    class OtherRepairWinsWhileWeList:
+        """The backend as the losing repair sees it: while it lists orphans,
+        the other repair labels the set and removes the orphan."""
+        def __init__(self):
+            self.raced = False
+
+        def __call__(self, v):
+            return self
+
+        def list(self, path):
+            refs = real.list(path)
+            if not self.raced:
+                self.raced = True
+                with env.inv.session() as repo:
+                    repo.transition(set_id, S.ROLLED_BACK, reason="repair: its owner is gone during CUTTING; "
+                                                                  "1 snapshot(s) cut but never recorded were removed")
+                for r in refs:
+                    real.delete(r)
+            return refs
+
+        def delete(self, ref):
+            raise AssertionError("the losing repair must delete nothing")
+
+    (a,) = repair(env.cfg, env.inv, backend_for=OtherRepairWinsWhileWeList())
+    assert (a.old_state, a.new_state, a.acted) == (S.CUTTING, S.ROLLED_BACK, False)
+    assert a.orphans == [] and a.errors == []
+    assert "1 snapshot(s) cut but never recorded were removed" in a.reason
+    with env.inv.session() as repo:
+        assert [e.kind for e in repo.events(set_id=set_id)] == []   # nothing written by the loser
+    from slurm_snap.cli.repair_cmd import describe
+    (line,) = describe(a)
+    assert line.startswith(f"set {set_id} job {env.job_id}: left alone: ")
+    assert "labelled" not in line and "CUTTING when repair looked" in line and "now ROLLED_BACK" in line
+
+
+def test_an_orphan_that_cannot_be_removed_is_not_reported_as_deleted(tmp_path, capsys):
+    from slurm_snap.backends.registry import get_backend
+    from slurm_snap.protocol.cutter import snapshot_name
+
+    env = make_env(tmp_path)
+    with env.inv.session() as repo:
+        run = repo.job_run(env.job_id)
+        st, _ = repo.create_set(run, epoch="sstuck", trigger="manual", owner="gone-host:1:1",
+                                deadline=dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1))
+        repo.transition(st.id, S.CUTTING)
+        vols = repo.volumes(run)
+        set_id = st.id
+    real = get_backend("test-copy", {})
+    ref = real.create(vols[0].path, snapshot_name(env.job_id, set_id, vols[0].id))
+
+    class Stuck:
+        def __call__(self, v):
+            return self
+
+        def list(self, path):
+            return real.list(path)
+
+        def delete(self, r):
+            raise errors.BackendError(backend="test-copy", why="device busy")
+
+    (a,) = repair(env.cfg, env.inv, backend_for=Stuck())
+    assert a.new_state == S.ROLLED_BACK and a.acted and a.orphans == []
+    assert a.errors == [f"cannot delete {ref.ref}: test-copy: device busy"]
+    assert f"1 of them could not be removed: {ref.ref}" in a.reason
+    with env.inv.session() as repo:
+        assert repo.get_set(set_id).reason == a.reason
+    from slurm_snap.cli.repair_cmd import describe
+    assert not any("deleted" in line for line in describe(a))

@@ -257,3 +257,52 @@ def test_through_main_with_a_config_file(seeded, capsys):
     assert capsys.readouterr().out == "1003|FAILED\n1002|VERIFIED\n1001|VERIFIED\n1002.1|PARTIAL\n1001|COMPLETE\n"
     assert main(["--config", seeded["config"], "report", "-o", "Nope"]) == errors.USAGE
     assert "'Nope'" in capsys.readouterr().err
+
+
+def _all_missing_set(url: str) -> int:
+    """A job whose two volumes both failed to cut: the coordinator records a
+    MISSING part for each, with the error, and the set FAILs."""
+    from slurm_snap import states as S
+    from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
+    from test_report_seed import at
+
+    inv = Inventory(url)
+    with inv.session() as repo:
+        run = repo.record_job_run(job_id=1004, restart_count=0, user_name="alice", uid=2001, partition="gpu",
+                                  nodes=["n1"])
+        vols = repo.add_volumes(run, [
+            VolumeSpec(path="/scratch/n1/jobs/1004", scope="node-local", volume_class="scratch", backend="btrfs",
+                       node="n1"),
+            VolumeSpec(path="/pfs/users/alice/run7", scope="shared", volume_class="pfs", backend="btrfs")])
+        t = at("2026-11-30T11:30:00")
+        st, _ = repo.create_set(run, epoch="m-9", trigger="manual", requested_at=t)
+        repo.transition(st.id, S.CUTTING, at=t)
+        repo.record_parts(st.id, [
+            SnapshotRecord(volume_id=v.id, backend=v.backend, name=f"m-9-{v.id}", ref="", path="", node=v.node,
+                           cut_started_at=t, cut_at=t, state="MISSING", error="not a btrfs subvolume")
+            for v in vols])
+        repo.transition(st.id, S.FAILED, at=t, reason="no volume was cut")
+        set_id = st.id
+    inv.dispose()
+    return set_id
+
+
+def test_volumes_counts_only_the_parts_that_were_cut(seeded):
+    """A part recorded MISSING is a record of a failure, not a cut volume."""
+    set_id = _all_missing_set(seeded["url"])
+    assert run(seeded, "-j", "1004", "-o", "JobID,SetID,State,Volumes", "-P", "-n") == f"1004|{set_id}|FAILED|0/2\n"
+    doc = json.loads(run(seeded, "-j", "1004", "--json"))
+    assert doc["sets"][0]["volumes"] == {"cut": 0, "expected": 2}
+    # the parts themselves are still listed, as MISSING
+    assert [p["state"] for p in doc["sets"][0]["snapshots"]] == ["MISSING", "MISSING"]
+
+
+def test_show_counts_only_the_parts_that_were_cut(seeded):
+    from slurm_snap.cli import show_cmd
+
+    set_id = _all_missing_set(seeded["url"])
+    code, out, exc = invoke(show_cmd.command, [f"set:{set_id}"], seeded["config"], ROOT)
+    assert code == 0, (out, exc)
+    assert "volumes 0/2" in out
+    code, out, exc = invoke(show_cmd.command, ["--json", f"set:{set_id}"], seeded["config"], ROOT)
+    assert json.loads(out)["set"]["volumes"] == {"cut": 0, "expected": 2}

@@ -97,3 +97,38 @@ def test_validate_options_cli(cfg, capsys):
     assert err.startswith("slurm-snap: ") and "'nope'" in err and err.count("\n") == 1
     assert main(["--config", cfg.path, "hook", "validate-options", "--volumes", ""]) == errors.USAGE
     assert "empty list" in capsys.readouterr().err
+
+
+def test_validate_submit_refuses_a_directory_the_backend_cannot_snapshot_alone(cfg, tmp_path):
+    """The pfs is visible from the submit host: a plain directory on a btrfs
+    class is refused at sbatch, with what to do instead, rather than accepted
+    and every set FAILing later (issue 21 item 4)."""
+    d = tmp_path / "pfs" / "alice" / "run7"
+    d.mkdir()
+    with pytest.raises(errors.PathError) as ei:
+        validate_submit(cfg, [str(d)], "app", uid=0)
+    msg = str(ei.value)
+    assert repr(str(d)) in msg and "not a btrfs subvolume" in msg
+    assert f"`btrfs subvolume create {d}`" in msg
+    assert "or declare the class 'pfs'" in msg and f"{tmp_path}/pfs/jobs/<job id>" in msg
+
+
+@pytest.mark.parametrize("item, needle", [
+    ("{tmp}/scratch/n1/../../etc", "'..'"),
+    ("{tmp}/scratch/n1", "whole 'scratch' area"),
+    ("{tmp}/scratch", "not inside any volume class's prefix"),
+    ("{tmp}/scratch/n1//x", "empty component"),
+    ("{tmp}/scratch/n1/x\ty", "control character"),
+])
+def test_validate_submit_checks_node_local_paths_as_far_as_the_submit_host_can(cfg, tmp_path, item, needle):
+    """A node's disk is not visible at submit: syntax, class and prefix are
+    what can be checked there; the Prolog checks the rest on the node."""
+    with pytest.raises(errors.UsageError) as ei:
+        validate_submit(cfg, [item.format(tmp=tmp_path)], "app")
+    assert needle in str(ei.value)
+
+
+def test_validate_submit_leaves_a_node_local_path_to_the_prolog(cfg, tmp_path):
+    """Nothing of it exists here (the node's disk): accepted, for the Prolog to check."""
+    (d,) = validate_submit(cfg, [f"{tmp_path}/scratch/n1/users/alice/link"], "app")
+    assert (d.vc.name, d.rel) == ("scratch", "users/alice/link")
