@@ -41,7 +41,7 @@ class ReportQueries:
             cols.append(select(func.count()).select_from(Snapshot)
                         .where(Snapshot.set_id == SnapshotSet.id, Snapshot.state != "MISSING")
                         .correlate(SnapshotSet).scalar_subquery().label("parts"))
-        q = select(*cols).join(JobRun, JobRun.id == SnapshotSet.job_run_id).where(*_set_filter_conds(f))
+        q = select(*cols).join(JobRun, JobRun.id == SnapshotSet.job_run_id).where(*filter_conds(f))
         q = q.order_by(SnapshotSet.requested_at, SnapshotSet.id)
         if f.limit:
             q = q.limit(f.limit)
@@ -172,24 +172,27 @@ def _aware(t):
 _IN_CHUNK = 900
 
 
-def _set_filter_conds(f: SetFilter) -> list:
-    """SetFilter -> WHERE conditions; the caller joins JobRun (for restart_count)."""
+def filter_conds(f: SetFilter, *, job_id=SnapshotSet.job_id, user=SnapshotSet.user_name,
+                 at=SnapshotSet.requested_at, state=SnapshotSet.state) -> list:
+    """report's filter -> WHERE conditions, on a set's columns by default or on
+    a run's (refusals.unprotected_runs: job_id, user_name, created_at and no
+    state); the caller joins JobRun (for restart_count)."""
     conds = []
     if f.job_ids or f.job_runs:
         alts = []
         if f.job_ids:
-            alts.append(SnapshotSet.job_id.in_(list(f.job_ids)))
+            alts.append(job_id.in_(list(f.job_ids)))
         for jid, rc in f.job_runs:
-            alts.append(and_(SnapshotSet.job_id == jid, JobRun.restart_count == rc))
+            alts.append(and_(job_id == jid, JobRun.restart_count == rc))
         conds.append(or_(*alts))
     if f.users:
-        conds.append(SnapshotSet.user_name.in_(list(f.users)))
-    if f.states:
-        conds.append(SnapshotSet.state.in_(list(f.states)))
+        conds.append(user.in_(list(f.users)))
+    if f.states and state is not None:
+        conds.append(state.in_(list(f.states)))
     if f.start is not None:
-        conds.append(SnapshotSet.requested_at >= f.start)
+        conds.append(at >= f.start)
     if f.end is not None:
-        conds.append(SnapshotSet.requested_at <= f.end)
+        conds.append(at <= f.end)
     return conds
 
 
