@@ -21,6 +21,11 @@ from typing import Callable, Iterator
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
+# The test doubles (tests/doubles.py) under the one name the tests import them
+# by: the backend registry refuses one backend name for two classes.
+TESTS = os.path.join(REPO, "tests")
+if TESTS not in sys.path:
+    sys.path.append(TESTS)
 
 # The venv scripts/lib-packages.sh installs (SLURM_SNAP_VENV overrides it there too).
 VENV_PY = os.path.join(os.environ.get("SLURM_SNAP_VENV") or "/opt/slurm-snap/venv", "bin", "python")

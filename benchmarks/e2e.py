@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
 from common import Row, Unavailable  # noqa: E402
+from inventory_helpers import sets_of_job  # noqa: E402
 
 SBATCH = os.path.join(common.REPO, "examples", "train.sbatch")
 TRAIN_PY = os.path.join(common.REPO, "examples", "train.py")
@@ -63,7 +64,7 @@ def kill_time(log_path: str, offset: int, job_id: int) -> float | None:
 
 
 def _finished_preempt_set(repo, jid: int):
-    for st in repo.sets_of_job(jid):
+    for st in sets_of_job(repo, jid):
         if st.trigger == "preempt" and st.state not in ACTIVE:
             return st.id
     return None

@@ -21,6 +21,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# tests/inventory_helpers.py seeds the synthetic inventory.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from click.testing import CliRunner  # noqa: E402
 
@@ -28,6 +30,7 @@ from slurm_snap import access  # noqa: E402
 from slurm_snap.cli import report_cmd  # noqa: E402
 from slurm_snap.cli.context import Ctx  # noqa: E402
 from slurm_snap.inventory.repository import Inventory  # noqa: E402
+from inventory_helpers import bulk_seed  # noqa: E402
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 30, 23, 0, 0, tzinfo=UTC)
@@ -46,7 +49,7 @@ def seed(url: str, n_sets: int) -> float:
              "uid": 5000 + j % USERS, "partition": "gpu", "nodes": ["n1", "n2"], "options": {},
              "created_at": NOW - SPAN} for j in range(n_jobs)]
     with inv.session() as repo:
-        repo.report_bulk_seed("job_run", runs)
+        bulk_seed(repo, "job_run", runs)
     span_s = SPAN.total_seconds()
     chunk = 50000
     for start in range(0, n_sets, chunk):
@@ -67,7 +70,7 @@ def seed(url: str, n_sets: int) -> float:
                 "skew_seconds": 0.2, "checkpoint_step": i, "manifest_ok": ok, "expected_parts": 2,
                 "failed_nodes": []})
         with inv.session() as repo:
-            repo.report_bulk_seed("snapshot_set", rows)
+            bulk_seed(repo, "snapshot_set", rows)
     inv.dispose()
     return time.perf_counter() - t
 

@@ -7,15 +7,19 @@ one (with SlurmctldParameters=preempt_send_user_signal). A SPANK plugin cannot
 set it and job_submit.lua cannot set warn_signal, but a cli_filter runs inside
 sbatch/salloc/srun before the request is sent and may set options["signal"].
 
-Install: CliFilterPlugins=lua in slurm.conf; this file next to slurm.conf
-(Slurm 22.05 reads <dir of slurm.conf>/cli_filter.lua). If the site already
-has a cli_filter.lua, call slurm_snap_apply(options) from its
-slurm_cli_pre_submit. Runs under Lua 5.1 (what Debian's Slurm links).
+Install: CliFilterPlugins=lua in slurm.conf; write this file next to
+slurm.conf (Slurm 22.05 reads <dir of slurm.conf>/cli_filter.lua) with
+  slurm-snap config cli-filter etc/cli_filter.lua > /etc/slurm/cli_filter.lua
+If the site already has a cli_filter.lua, call slurm_snap_apply(options)
+from its slurm_cli_pre_submit. Runs under Lua 5.1 (what Debian's Slurm links).
 --]]
 
--- Keep equal to plugstack.conf's signal=/grace=. At preemption the signal is
--- sent at once whatever the time; the time also makes Slurm send it that many
--- seconds before the job's time limit, a chance to snapshot before the kill.
+-- Written by `slurm-snap config cli-filter` from slurm-snap.toml [protocol]
+-- checkpoint_signal and grace (0: Slurm's default 60 s): edit the
+-- configuration, not these lines (`slurm-snap doctor` compares them). At
+-- preemption the signal is sent at once whatever the time; the time also
+-- makes Slurm send it that many seconds before the job's time limit, a
+-- chance to snapshot before the kill.
 local SNAP_SIGNAL = "USR1"
 local SNAP_SIGNAL_TIME = 60
 

@@ -4,7 +4,7 @@
 # each host's slurm-snap.toml, logs, spool and PID files are its own, under
 # STATE/local (lib-hosts.sh).
 
-GRACE_TIME=10       # low partition's GraceTime; also the cli_filter's signal time
+GRACE_TIME=10       # low partition's GraceTime; also [protocol] grace, hence the cli_filter's signal time
 CRED_EXPIRE=5       # requeued jobs restart after this many seconds
 LOW_OVERSUBSCRIBE=4 # jobs per CPU on low: 3 nodes x 2 CPUs x 4 = 24 one-CPU jobs at once
 PLUGIN_DIR_REL=lib
@@ -182,10 +182,13 @@ install_slurm_snap() {
 	make -s -C "$REPO/spank" BUILDDIR="$STATE/build/spank" PLUGINDIR="$STATE/$PLUGIN_DIR_REL" install \
 		>"$STATE/log/spank-build.log" 2>&1 || { cat "$STATE/log/spank-build.log" >&2; die "building the SPANK plugin failed"; }
 	sed -e "s|/usr/local/lib/slurm-snap/|$STATE/$PLUGIN_DIR_REL/|" -e "s|helper=[^ ]*|helper=$HELPER|" \
-		-e "s|config=[^ ]*|config=$SNAP_CONFIG|" -e "s|grace=[0-9]*|grace=$GRACE_TIME|" \
+		-e "s|config=[^ ]*|config=$SNAP_CONFIG|" \
 		"$REPO/etc/plugstack.conf" >"$STATE/etc/plugstack.conf"
-	sed -e "s|^local SNAP_SIGNAL_TIME = .*|local SNAP_SIGNAL_TIME = $GRACE_TIME|" \
-		"$REPO/etc/cli_filter.lua" >"$STATE/etc/cli_filter.lua"
+	# The signal and its time come from the configuration ([protocol], whose
+	# grace is this cluster's GraceTime), as etc/README.md tells an admin.
+	on_host ctl "$HELPER" --config "$SNAP_CONFIG" config cli-filter "$REPO/etc/cli_filter.lua" \
+		>"$STATE/etc/cli_filter.lua.new" || die "slurm-snap config cli-filter failed"
+	mv "$STATE/etc/cli_filter.lua.new" "$STATE/etc/cli_filter.lua"
 	chmod 0644 "$STATE/etc/plugstack.conf" "$STATE/etc/cli_filter.lua"
 	install -d -m 0755 "$STATE/$LIBEXEC_REL"
 	# PrologSlurmctld records in the background unless the config forbids it

@@ -8,3 +8,8 @@ import datetime as dt
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
+
+
+def aware(t: dt.datetime) -> dt.datetime:
+    """A time the database or Slurm gave without a zone is UTC."""
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)

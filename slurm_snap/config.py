@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
+from .states import WANT_APP, WANTED
 
 DEFAULT_PATH = "/etc/slurm-snap/slurm-snap.toml"
 ENV_VAR = "SLURM_SNAP_CONFIG"
 
 SCOPES = ("node-local", "shared")
 POLICIES = ("open", "closed")
-CONSISTENCIES = ("app", "crash")
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class ProtocolConfig:
     checkpoint_signal: str = "SIGUSR1"
     # Label a set crash-consistent when barriers are missing, instead of failing it.
     allow_crash_consistent: bool = True
-    default_consistency: str = "app"
+    default_consistency: str = WANT_APP
     # Seconds asked of Slurm for --signal at submit (cli_filter); 0 = the partition's GraceTime.
     grace: int = 0
     # At preemption, rank 0 requeues the job as soon as every rank acknowledged
@@ -305,9 +305,9 @@ def _check_semantics(cfg: Config) -> None:
     if cfg.hooks.failure_policy not in POLICIES:
         raise ConfigError(path=p, key="hooks.failure_policy",
                           why=f"{cfg.hooks.failure_policy!r} is not one of {', '.join(POLICIES)}")
-    if cfg.protocol.default_consistency not in CONSISTENCIES:
+    if cfg.protocol.default_consistency not in WANTED:
         raise ConfigError(path=p, key="protocol.default_consistency",
-                          why=f"{cfg.protocol.default_consistency!r} is not one of {', '.join(CONSISTENCIES)}")
+                          why=f"{cfg.protocol.default_consistency!r} is not one of {', '.join(WANTED)}")
     sig = cfg.protocol.checkpoint_signal
     # Signals, not the other IntEnums of the module (SIG_DFL, SIG_IGN, SIG_BLOCK... are ints too).
     if not (sig.startswith("SIG") and isinstance(getattr(_signal, sig, None), _signal.Signals)) \

@@ -11,7 +11,9 @@ import re
 from dataclasses import dataclass
 
 from .config import Config
+from .slurm import clifilter, hooknames
 from .slurm.commands import DEFAULT_SLURM_CONF
+from .slurm.duration import slurm_seconds
 
 
 @dataclass(frozen=True)
@@ -19,18 +21,6 @@ class Finding:
     ok: bool
     what: str
     fix: str = ""
-
-
-def parse_duration(raw: str) -> int | None:
-    """Slurm durations as printed by scontrol: "30", "00:00:30", "1-00:00:00", "UNLIMITED"."""
-    raw = raw.strip()
-    if raw.isdigit():
-        return int(raw)
-    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", raw)
-    if not m:
-        return None
-    d, h, mi, s = (int(x) if x else 0 for x in m.groups())
-    return ((d * 24 + h) * 60 + mi) * 60 + s
 
 
 def budget_seconds(cfg: Config) -> float:
@@ -46,9 +36,8 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
     flags = slurm.get("PrologFlags", "")
     out.append(Finding("alloc" in flags.lower(), "PrologFlags includes Alloc (Prolog runs on every node at allocation)",
                        "add PrologFlags=Alloc to slurm.conf (without it the Prolog runs only where a step lands)"))
-    for key, name in (("Prolog", "slurm-snap-prolog"), ("Epilog", "slurm-snap-epilog"),
-                      ("PrologSlurmctld", "slurm-snap-prolog-slurmctld"),
-                      ("EpilogSlurmctld", "slurm-snap-epilog-slurmctld")):
+    for key in hooknames.ENTRY_POINTS:
+        name = hooknames.entry_point_name(key)
         val = slurm.get(key, "")
         out.append(Finding(name in val, f"{key} runs {name}",
                            f"set {key}=/path/to/{name} in slurm.conf (etc/slurm.conf.slurm-snap)"))
@@ -66,9 +55,14 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
         out.append(Finding(False, "plugstack.conf readable", f"create {slurm.get('PlugStackConfig', 'plugstack.conf')}"))
     else:
         lines = [ln.strip() for ln in plugstack_text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-        out.append(Finding(any("slurm_snap" in ln and ".so" in ln for ln in lines),
-                           "plugstack.conf loads slurm_snap.so",
+        ours = [ln for ln in lines if "slurm_snap" in ln and ".so" in ln]
+        out.append(Finding(bool(ours), "plugstack.conf loads slurm_snap.so",
                            "add the line from etc/plugstack.conf, then restart slurmd"))
+        if ours:
+            obsolete = [a for ln in ours for a in ln.split() if a.startswith(("signal=", "grace="))]
+            out.append(Finding(not obsolete, "plugstack.conf's slurm_snap.so line carries only helper= and config=",
+                               f"remove {' '.join(obsolete)}: the plugin no longer reads them; the signal and "
+                               f"its time come from [protocol] in {cfg.path} (cli_filter.lua is written from it)"))
     conf = slurm.get("SLURM_CONF", "")
     hooks_read = cfg.slurm.conf or DEFAULT_SLURM_CONF
     if conf:
@@ -81,18 +75,29 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
         mode = p.get("PreemptMode", "").upper()
         if mode not in ("REQUEUE", "CANCEL"):
             continue
-        grace = parse_duration(p.get("GraceTime", "0")) or 0
+        grace = slurm_seconds(p.get("GraceTime", "0")) or 0
         name = p.get("PartitionName", "?")
         out.append(Finding(grace >= need,
                            f"partition {name}: GraceTime {grace} s fits checkpoint + barrier ({need:g} s)",
                            f"raise GraceTime of {name} to at least {int(need) + 1} s, or lower "
                            f"timeouts.barrier in {cfg.path}"))
-    pet = parse_duration(slurm.get("PrologEpilogTimeout", "") or "")
+    pet = slurm_seconds(slurm.get("PrologEpilogTimeout"))
     if pet:
         out.append(Finding(cfg.timeouts.hook_budget < pet,
                            f"hook budget {cfg.timeouts.hook_budget:g} s is under PrologEpilogTimeout {pet} s",
                            f"lower timeouts.hook_budget in {cfg.path} below {pet} s"))
     return out
+
+
+def check_cli_filter(cfg: Config, path: str, text: str | None) -> list[Finding]:
+    """cli_filter.lua asks Slurm for the signal and time the configuration names."""
+    fix = f"slurm-snap config cli-filter etc/cli_filter.lua > {path}"
+    if text is None:
+        return [Finding(False, f"cli_filter.lua readable at {path}", fix)]
+    sig, secs = clifilter.wanted(cfg)
+    got = clifilter.settings(text)
+    return [Finding(got == (sig, secs), f"cli_filter.lua asks for --signal={sig}@{secs} "
+                                        f"(has {got[0] or '?'}@{got[1] if got[1] is not None else '?'})", fix)]
 
 
 def check_entry_point(cfg: Config, path: str, text: str | None) -> list[Finding]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-HOOK_NAMES = ("prolog", "epilog", "prolog-slurmctld", "prolog-slurmctld-record", "epilog-slurmctld")
+from .slurm.hooknames import NAMES as HOOK_NAMES
 
 
 def entry() -> None:

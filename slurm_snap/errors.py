@@ -162,9 +162,11 @@ class SetIncomplete(BackendError):
 
 
 class BarrierTimeout(Timeout):
-    """App consistency was required and some ranks did not acknowledge in time."""
+    """The barrier deadline passed before every rank acknowledged; the set is
+    recorded with the label it earned (crash-consistent, or FAILED when
+    crash-consistent sets are not allowed)."""
 
-    template = "snapshot set {set_id} of job {job_id} ended {state}: {reason}"
+    template = "snapshot set {set_id} of job {job_id} ended {state} {consistency}: {reason}"
 
 
 class InventoryError(SnapError):

@@ -111,6 +111,12 @@ def atomic_write(path: str, data: bytes, *, mode: int = 0o600, durable: bool = T
     return path
 
 
+def is_temporary(name: str, of: str) -> bool:
+    """Whether directory entry `name` is a temporary atomic_write left for
+    file `of` (a writer killed between create and rename)."""
+    return name.startswith(f".{of}.") and name.endswith(".tmp")
+
+
 def write_json(path: str, data, **kwargs) -> str:
     """atomic_write of one JSON document (sorted keys, trailing newline)."""
     return atomic_write(path, json.dumps(data, sort_keys=True).encode() + b"\n", **kwargs)

@@ -48,6 +48,15 @@ APP = "app-consistent"
 CRASH = "crash-consistent"
 NONE = "none"
 LABELS = (APP, CRASH, NONE)
+# Labels that hold a restorable point: what a restore drill may use and
+# retention counts as restorable ("none" holds nothing).
+DRILLABLE = frozenset({APP, CRASH})
+
+# What a job or a request may ask for (--snapshot-consistency, snapshot
+# --consistency, protocol.default_consistency): the label is earned, not asked.
+WANT_APP = "app"
+WANT_CRASH = "crash"
+WANTED = (WANT_APP, WANT_CRASH)
 
 # What triggered a set.
 TRIGGERS = ("preempt", "manual", "periodic", "epilog")
@@ -55,3 +64,8 @@ TRIGGERS = ("preempt", "manual", "periodic", "epilog")
 
 def allowed(old: str, new: str) -> bool:
     return new in TRANSITIONS.get(old, frozenset())
+
+
+def drillable(state: str, consistency: str) -> bool:
+    """A set a restore drill may use: restorable and holding a consistent point."""
+    return state in RESTORABLE and consistency in DRILLABLE

@@ -111,7 +111,13 @@ static int is_local(void)
 	return c == S_CTX_LOCAL || c == S_CTX_ALLOCATOR;
 }
 
-/* plugstack.conf arguments: helper=ABS config=ABS signal=NAME grace=SECONDS */
+/*
+ * plugstack.conf arguments: helper=ABS config=ABS. The checkpoint signal and
+ * its time are not the plugin's: slurm-snap.toml [protocol] is their one
+ * source (cli_filter.lua is written from it). signal= and grace= of older
+ * lines still load, so an upgrade cannot fail every job; they are ignored,
+ * said at verbose level, and `slurm-snap doctor` asks to remove them.
+ */
 static int parse_args(int ac, char **av)
 {
 	for (int i = 0; i < ac; i++) {
@@ -132,18 +138,12 @@ static int parse_args(int ac, char **av)
 			strcpy(slot, v);
 			continue;
 		}
-		if (!strncmp(a, "signal=", 7) && a[7] != '\0')
-			continue; /* used by cli_filter.lua; accepted here to keep one line of config */
-		if (!strncmp(a, "grace=", 6)) {
-			char *end = NULL;
-			long g = strtol(a + 6, &end, 10);
-
-			if (a[6] != '\0' && *end == '\0' && g >= 0 && g <= 86400)
-				continue;
-			slurm_error(PREFIX "plugstack.conf argument '%s': grace must be 0..86400 seconds", a);
-			return -1;
+		if (!strncmp(a, "signal=", 7) || !strncmp(a, "grace=", 6)) {
+			slurm_verbose(PREFIX "plugstack.conf argument '%s' is no longer read "
+				      "(slurm-snap.toml [protocol] names the signal); remove it", a);
+			continue;
 		}
-		slurm_error(PREFIX "unknown plugstack.conf argument '%s' (expected helper=, config=, signal=, grace=)", a);
+		slurm_error(PREFIX "unknown plugstack.conf argument '%s' (expected helper=, config=)", a);
 		return -1;
 	}
 	return 0;

@@ -19,6 +19,7 @@ import json
 import posixpath
 
 from slurm_snap import errors
+from slurm_snap.clock import utcnow
 from slurm_snap.backends.base import (Backend, Capabilities, SnapshotRef, check_abs_path,
                                       check_name)
 
@@ -113,7 +114,7 @@ class ReflinkBackend(Backend):
         partial = posixpath.join(snapdir, f".{name}{PARTIAL_SUFFIX}")
         if self.path_exists(partial):
             self._remove(partial)  # left by a crashed or timed-out attempt
-        claim = {"volume": volume, "created_at": dt.datetime.now(dt.timezone.utc).isoformat()}
+        claim = {"volume": volume, "created_at": utcnow().isoformat()}
         self.run("tee", "--", self._claim_path(target), input=json.dumps(claim).encode())
         self.run("cp", "-a", "--reflink=always", "--", volume, partial)
         # Seal everything below the top first: an immutable directory cannot

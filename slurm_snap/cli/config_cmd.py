@@ -1,5 +1,6 @@
 """`slurm-snap config check`: validate the file and print the effective configuration;
-`slurm-snap config get KEY`: one effective value, for install scripts."""
+`slurm-snap config get KEY`: one effective value, for install scripts;
+`slurm-snap config cli-filter TEMPLATE`: cli_filter.lua with the configured signal."""
 from __future__ import annotations
 
 import json
@@ -72,3 +73,15 @@ def get(ctx, key):
     if isinstance(value, (dict, list, tuple)):
         raise errors.BadValueError(what="configuration key", value=key, why="is not a scalar setting")
     click.echo(json.dumps(value) if isinstance(value, bool) else str(value))
+
+
+@command.command("cli-filter")
+@click.argument("template", type=click.File("r", encoding="utf-8"))
+@click.pass_obj
+def cli_filter(ctx, template):
+    """Print TEMPLATE (etc/cli_filter.lua) with the signal and its time from
+    [protocol] checkpoint_signal and grace: the install step writes
+    cli_filter.lua with this, so the configuration stays their one source."""
+    from ..slurm import clifilter
+
+    click.echo(clifilter.render(template.read(), config_mod.load(ctx.config_path)), nl=False)

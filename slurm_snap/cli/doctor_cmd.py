@@ -1,10 +1,12 @@
 """`slurm-snap doctor`: every missing or conflicting setting, one line each with its fix."""
 from __future__ import annotations
 
+import os
+
 import click
 
 from .. import doctor, errors
-from ..slurm import commands
+from ..slurm import commands, hooknames
 
 
 @click.command("doctor")
@@ -23,21 +25,15 @@ def command(ctx, no_slurm, no_nodes, node):
     if not no_slurm:
         slurm = commands.show_config(timeout=cfg.timeouts.slurm_command)
         parts = commands.show_partitions(timeout=cfg.timeouts.slurm_command)
-        plug = slurm.get("PlugStackConfig", "/etc/slurm/plugstack.conf")
-        try:
-            with open(plug, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError:
-            text = None
-        findings += doctor.check_slurm(cfg, slurm, parts, text)
+        findings += doctor.check_slurm(cfg, slurm, parts,
+                                       _read(slurm.get("PlugStackConfig", "/etc/slurm/plugstack.conf")))
+        if "lua" in slurm.get("CliFilterPlugins", "").lower():
+            # Slurm reads the cli_filter.lua beside slurm.conf.
+            path = os.path.join(os.path.dirname(slurm.get("SLURM_CONF", "/etc/slurm/slurm.conf")), "cli_filter.lua")
+            findings += doctor.check_cli_filter(cfg, path, _read(path))
         entry = slurm.get("PrologSlurmctld", "").split()
-        if entry and "slurm-snap-prolog-slurmctld" in entry[0]:
-            try:
-                with open(entry[0], encoding="utf-8", errors="replace") as fh:
-                    script = fh.read()
-            except OSError:
-                script = None
-            findings += doctor.check_entry_point(cfg, entry[0], script)
+        if entry and hooknames.entry_point_name("PrologSlurmctld") in entry[0]:
+            findings += doctor.check_entry_point(cfg, entry[0], _read(entry[0]))
     # With Slurm asked, this is the admin's view from the controller: the
     # nodes' scratch is checked on the nodes (check_topology), not here.
     topology = not no_slurm and not cfg.via_service and node is None
@@ -60,7 +56,6 @@ def command(ctx, no_slurm, no_nodes, node):
 def _run_on_node(cfg):
     """Doctor's local checks on a node, over SSH (host key verified): the same
     slurm-snap and config path as here, as every host has them (etc/README.md)."""
-    import os
     import sys
 
     from ..backends.ssh import SshTransport
@@ -88,3 +83,12 @@ def _run_on_node(cfg):
                                         f"install slurm-snap at {helper} on {node}"))
         return found
     return run
+
+
+def _read(path: str) -> str | None:
+    """A file Slurm reads (None when this host cannot read it: a finding says so)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None

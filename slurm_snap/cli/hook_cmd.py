@@ -6,6 +6,8 @@ from __future__ import annotations
 import click
 
 from .. import errors
+from .. import states as S
+from ..slurm import hooknames
 
 
 @click.group("hook")
@@ -15,7 +17,7 @@ def command():
 
 @command.command("validate-options")
 @click.option("--volumes", default=None, help="The --snapshot-volumes value as given.")
-@click.option("--consistency", default="app", show_default=True)
+@click.option("--consistency", default=S.WANT_APP, show_default=True)
 @click.option("--resume-cmd", default="", help="The --snapshot-resume-cmd value as given.")
 @click.pass_obj
 def validate_options(ctx, volumes, consistency, resume_cmd):
@@ -48,5 +50,5 @@ def _make(name):
     return click.command(name)(_cmd)
 
 
-for _name in ("prolog", "epilog", "prolog-slurmctld", "epilog-slurmctld"):
+for _name in hooknames.LISTED:
     command.add_command(_make(_name))

@@ -7,6 +7,7 @@ import json
 import click
 
 from .. import errors
+from ..clock import utcnow
 from .context import JobIdType
 
 
@@ -38,8 +39,9 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
     interrupted prune is finished."""
     from ..access import current_caller, is_operator, require_jobs
     from ..restore.parts import backend_resolver
-    from ..restore.prune import Pruner
-    from ..restore.retention import Policy, parse_duration
+    from ..retention.policy import Policy
+    from ..retention.prune import Pruner
+    from ..slurm.duration import parse_duration
 
     cfg = ctx.config
     policy = Policy(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly,
@@ -59,7 +61,7 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
                 require_jobs(cfg, caller, repo.report_job_owners([job_id]))
         user = caller.name
     pruner = Pruner(ctx.inventory, backend_resolver(cfg))
-    decisions, sets = pruner.plan(policy, lambda: dt.datetime.now(dt.timezone.utc), job_id=job_id, user=user)
+    decisions, sets = pruner.plan(policy, utcnow, job_id=job_id, user=user)
     result = pruner.apply(decisions) if apply_ else None
     if as_json:
         click.echo(json.dumps({

@@ -7,6 +7,7 @@ import json
 import click
 
 from .. import access
+from ..clock import utcnow
 
 
 def caller_and_clock(ctx) -> tuple[access.Caller, dt.datetime, dt.tzinfo | None]:
@@ -16,7 +17,7 @@ def caller_and_clock(ctx) -> tuple[access.Caller, dt.datetime, dt.tzinfo | None]
     read from the environment, since that would let anyone claim to be root.
     """
     caller = getattr(ctx, "caller", None) or access.current_caller()
-    now = getattr(ctx, "now", None) or dt.datetime.now(dt.timezone.utc)
+    now = getattr(ctx, "now", None) or utcnow()
     return caller, now, getattr(ctx, "tz", None)
 
 

@@ -12,7 +12,7 @@ from .context import JobIdType
 
 @click.command("snapshot")
 @click.argument("job_id", type=JobIdType(), metavar="JOBID")
-@click.option("--consistency", type=click.Choice(["app", "crash"]), default=None,
+@click.option("--consistency", type=click.Choice(S.WANTED), default=None,
               help="app: signal the ranks and wait for every barrier; crash: cut at once, no signal "
                    "[default: protocol.default_consistency].")
 @click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
@@ -22,12 +22,13 @@ from .context import JobIdType
 def command(ctx, job_id, consistency, deadline, as_json):
     """Snapshot every declared volume of JOBID as one labelled set.
 
-    Exit status: 0 when the set is COMPLETE (its label says how consistent),
-    8 when app consistency was required and the barrier timed out, 7 when
-    the set ended PARTIAL or FAILED, 6 when another set of the job or of one
-    of its volumes is in flight.
+    Exit status: 8 when the barrier deadline passed before every rank
+    acknowledged (app consistency asked), whatever label the set got; the
+    set is still cut and recorded. Otherwise 0 when the set is COMPLETE (its
+    label says how consistent), 7 when it ended PARTIAL or FAILED, 6 when
+    another set of the job or of one of its volumes is in flight.
     """
-    from ..protocol.coordinator import Coordinator
+    from ..protocol.coordinator import Barrier, Coordinator
 
     out = Coordinator(ctx.config, ctx.inventory).snapshot(job_id, consistency=consistency, deadline=deadline)
     if as_json:
@@ -41,8 +42,9 @@ def command(ctx, job_id, consistency, deadline, as_json):
         if out.failed_nodes:
             click.echo(f"failed nodes: {', '.join(out.failed_nodes)}")
         click.echo("time used: " + ", ".join(f"{k} {v:.3f}s" for k, v in out.phases.items()))
+    if out.barrier is Barrier.INCOMPLETE:
+        raise errors.BarrierTimeout(set_id=out.set_id, job_id=out.job_id, state=out.state,
+                                    consistency=out.consistency, reason=out.reason)
     if out.state == S.COMPLETE:
         return
-    if out.state == S.FAILED and "barrier incomplete" in out.reason and out.wanted == "app":
-        raise errors.BarrierTimeout(set_id=out.set_id, job_id=out.job_id, state=out.state, reason=out.reason)
     raise errors.SetIncomplete(set_id=out.set_id, job_id=out.job_id, state=out.state, reason=out.reason)

@@ -20,6 +20,7 @@ from .. import paths
 from ..config import Config
 from ..errors import PathError, SnapError, Unsupported, VolumesRefused
 from ..inventory.records import Refusal, VolumeSpec
+from ..slurm import hooknames
 from ..slurm.jobenv import JobEnv
 from ..jobdir import JobDir
 from .volumes import check_snapshottable, parse_declaration, specs_for_job
@@ -163,24 +164,30 @@ def _preempt_time(cfg: Config, job: JobEnv) -> int:
 def _grace_seconds(cfg: Config, job: JobEnv) -> int:
     if cfg.protocol.grace:
         return cfg.protocol.grace
-    from ..doctor import parse_duration
     from ..slurm import commands
+    from ..slurm.duration import slurm_seconds
 
     try:
         for p in commands.show_partitions(timeout=cfg.timeouts.slurm_command):
             if p.get("PartitionName") == job.partition:
-                return parse_duration(p.get("GraceTime", "0")) or 0
+                return slurm_seconds(p.get("GraceTime", "0")) or 0
     except Exception as exc:
         log.warning("scontrol show partition failed: %s", exc)
     return 0
 
 
-def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
+def _not_preempted(cfg: Config, job: JobEnv) -> tuple[str, int]:
+    """(why the epilogs have nothing to do, "" when preempted; PreemptTime)."""
     if not job.on_preempt:
-        return "not --snapshot-on-preempt"
+        return "not --snapshot-on-preempt", 0
     t = _preempt_time(cfg, job)
-    if not t:
-        return "not preempted"
+    return ("" if t else "not preempted"), t
+
+
+def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
+    why, t = _not_preempted(cfg, job)
+    if why:
+        return why
     from ..protocol import preempt
 
     m = preempt.epilogslurmctld_mark(cfg, inv, job, t)
@@ -188,11 +195,9 @@ def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
 
 
 def epilog(cfg: Config, inv, job: JobEnv) -> str:
-    if not job.on_preempt:
-        return "not --snapshot-on-preempt"
-    t = _preempt_time(cfg, job)
-    if not t:
-        return "not preempted"
+    why, t = _not_preempted(cfg, job)
+    if why:
+        return why
     from ..protocol import preempt
 
     from .policy import remaining
@@ -202,9 +207,9 @@ def epilog(cfg: Config, inv, job: JobEnv) -> str:
 
 
 HOOKS = {
-    "prolog": prolog,
-    "epilog": epilog,
-    "prolog-slurmctld": record_job,
-    "prolog-slurmctld-record": record_job,
-    "epilog-slurmctld": epilog_slurmctld,
+    hooknames.PROLOG: prolog,
+    hooknames.EPILOG: epilog,
+    hooknames.PROLOG_SLURMCTLD: record_job,
+    hooknames.PROLOG_SLURMCTLD_RECORD: record_job,
+    hooknames.EPILOG_SLURMCTLD: epilog_slurmctld,
 }

@@ -11,7 +11,6 @@ hook that overruns, under the same policy.
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import os
@@ -21,6 +20,7 @@ import time
 import traceback
 from typing import Callable
 
+from ..clock import utcnow
 from ..errors import SnapError, Timeout
 
 log = logging.getLogger("slurm_snap.hooks")
@@ -86,7 +86,7 @@ def _log_line(cfg, name, job_id, node, status, message) -> None:
         return
     try:
         os.makedirs(cfg.paths.log_dir, mode=0o750, exist_ok=True)
-        rec = {"at": dt.datetime.now(dt.timezone.utc).isoformat(), "hook": name, "job_id": job_id,
+        rec = {"at": utcnow().isoformat(), "hook": name, "job_id": job_id,
                "node": node, "status": status, "message": message, "pid": os.getpid()}
         fd = os.open(os.path.join(cfg.paths.log_dir, "hooks.log"),
                      os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)

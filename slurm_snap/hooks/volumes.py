@@ -8,12 +8,12 @@ import re
 from dataclasses import dataclass
 
 from .. import paths
+from .. import states as S
 from ..config import Config, VolumeClass
 from ..errors import BadValueError, PathError
 from ..inventory.records import VolumeSpec
 
 MAX_VOLUMES = 256
-CONSISTENCIES = ("app", "crash")
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,9 @@ def validate_submit(cfg: Config, items, consistency: str, *, uid: int | None = N
     Explicit shared paths must exist now, stay inside the roots without
     symlinks, and belong to the submitter: root will snapshot them later.
     """
-    if consistency not in CONSISTENCIES:
+    if consistency not in S.WANTED:
         raise BadValueError(what="--snapshot-consistency", value=consistency,
-                            why=f"must be one of {', '.join(CONSISTENCIES)}")
+                            why=f"must be one of {', '.join(S.WANTED)}")
     declared = parse_declaration(cfg, items)
     uid = os.getuid() if uid is None else uid
     for d in declared:

@@ -2,7 +2,7 @@
 
 Portable across SQLite, PostgreSQL and MariaDB: no server-specific types or
 defaults; timestamps go through UTCDateTime because SQLite keeps no zone.
-Queries do not live here: see repository.py.
+Queries do not live here: see the query modules beside it (repository.py lists them).
 """
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Annotated, Any, Optional
 from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text,
                         TypeDecorator, UniqueConstraint, false)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from ..states import WANT_APP
 
 
 class UTCDateTime(TypeDecorator):
@@ -117,7 +119,7 @@ class SnapshotSet(Base):
     user_name: Mapped[str64] = mapped_column(index=True)
     epoch: Mapped[str64]
     trigger: Mapped[str] = mapped_column(String(16))
-    wanted: Mapped[str] = mapped_column(String(16), default="app")
+    wanted: Mapped[str] = mapped_column(String(16), default=WANT_APP)
     consistency: Mapped[str] = mapped_column(String(24), default="none")
     state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")

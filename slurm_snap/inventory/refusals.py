@@ -2,9 +2,8 @@
 
 A refused volume keeps its row (the job declared it) with when and why it
 was refused: the job runs without that protection, report and show say so,
-and no cut acts on the path. Kept beside repository.py rather than in it so
-the repository's own verbs stay as they are; like them, these take the
-Repository of one `Inventory.session()` and write no SQL outside this package.
+and no cut acts on the path. Functions over the Repository of one
+`Inventory.session()`, beside the other query modules of this package.
 """
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from sqlalchemy import and_, exists, func, select, update
 from ..clock import utcnow
 from .models import JobRun, SnapshotSet, Volume
 from .records import Refusal, SetFilter, VolumeSpec  # noqa: F401 (Refusal re-exported)
+from .reports import filter_conds
 
 
 def record(repo, *, job_id: int, restart_count: int, user_name: str, uid: int, partition: str,
@@ -59,20 +59,5 @@ def unprotected_runs(repo, f: SetFilter) -> list:
                 JobRun.partition, JobRun.nodes, JobRun.created_at, declared.label("declared"))
          .where(exists().where(and_(Volume.job_run_id == JobRun.id, Volume.refused_at.is_not(None))),
                 ~exists().where(SnapshotSet.job_run_id == JobRun.id)))
-    conds = []
-    if f.job_ids or f.job_runs:
-        from sqlalchemy import or_
-
-        alts = []
-        if f.job_ids:
-            alts.append(JobRun.job_id.in_(list(f.job_ids)))
-        for jid, rc in f.job_runs:
-            alts.append(and_(JobRun.job_id == jid, JobRun.restart_count == rc))
-        conds.append(or_(*alts))
-    if f.users:
-        conds.append(JobRun.user_name.in_(list(f.users)))
-    if f.start is not None:
-        conds.append(JobRun.created_at >= f.start)
-    if f.end is not None:
-        conds.append(JobRun.created_at <= f.end)
+    conds = filter_conds(f, job_id=JobRun.job_id, user=JobRun.user_name, at=JobRun.created_at, state=None)
     return list(repo.s.execute(q.where(*conds).order_by(JobRun.created_at, JobRun.id)).mappings())

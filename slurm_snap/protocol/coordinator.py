@@ -18,6 +18,7 @@ find any snapshot cut but not recorded.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import gc
 import logging
 import secrets
@@ -31,6 +32,7 @@ from ..client.ack import MAX_ACK_BYTES
 from ..config import Config
 from ..errors import BadValueError, Busy, InvalidTransition, NotFound, SnapError
 from ..jobdir import JobDir
+from ..slurm import hooknames
 from . import finalize, owner
 from .ackledger import AckLedger
 from .. import states as S
@@ -48,6 +50,18 @@ def new_epoch() -> str:
     return "s" + secrets.token_hex(8)
 
 
+class Barrier(enum.StrEnum):
+    """How an on-demand set's barrier ended: the typed fact `slurm-snap
+    snapshot` picks its exit status from (never the reason's wording)."""
+
+    NOT_ASKED = "not-asked"     # crash consistency: no signal, no barrier
+    COMPLETE = "complete"       # every node's ranks acknowledged before the deadline
+    # The deadline passed before every node's ranks acknowledged, or the
+    # signal never reached them (then nobody is waited for). The set is still
+    # cut and recorded with the label it earned.
+    INCOMPLETE = "incomplete"
+
+
 @dataclass
 class Outcome:
     set_id: int
@@ -63,6 +77,7 @@ class Outcome:
     rejected_acks: dict[str, str] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)   # seconds each phase used
     deadline_seconds: float = 0.0
+    barrier: Barrier = Barrier.NOT_ASKED
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -108,7 +123,7 @@ class Coordinator:
                 # moment ago may not be there yet.
                 raise NotFound(f"job {job_id} not found in the inventory: it used no slurm-snap option, or "
                                "it started less than a second ago and PrologSlurmctld is still recording it "
-                               "(hooks.log: prolog-slurmctld-record)", what="job", value=str(job_id))
+                               f"(hooks.log: {hooknames.PROLOG_SLURMCTLD_RECORD})", what="job", value=str(job_id))
             access.require_owner_or_operator(self.cfg, caller, owner_uid=run.uid, owner_name=run.user_name,
                                              what=f"job {job_id}")
             run = repo.lock_job_run(run.id)
@@ -128,8 +143,8 @@ class Coordinator:
 
     def snapshot(self, job_id: int, *, consistency: str | None = None, deadline: float | None = None) -> Outcome:
         wanted = consistency or self.cfg.protocol.default_consistency
-        if wanted not in ("app", "crash"):
-            raise BadValueError(what="consistency", value=wanted, why="must be app or crash")
+        if wanted not in S.WANTED:
+            raise BadValueError(what="consistency", value=wanted, why=f"must be {' or '.join(S.WANTED)}")
         deadline_s = self.cfg.timeouts.barrier if deadline is None else float(deadline)
         if not deadline_s > 0:
             raise BadValueError(what="deadline", value=deadline, why="must be a positive number of seconds")
@@ -147,9 +162,10 @@ class Coordinator:
             dirs = JobDir(self.cfg.paths.barrier_dir, job_id).ensure(uid)
             collector = None
             extra: list[str] = []
-            if wanted == "app":
+            if wanted == S.WANT_APP:
                 collector, extra, volumes, pool = self._quiesce(out, dirs, job_id, epoch, requested_at,
                                                                 deadline_s, uid, nodes, run_id, t0)
+                out.barrier = Barrier.COMPLETE if collector.state.all_complete else Barrier.INCOMPLETE
                 if not collector.state.all_complete and not self.cfg.protocol.allow_crash_consistent:
                     return self._fail_barrier(out, collector, extra)
             else:
@@ -240,8 +256,10 @@ class Coordinator:
         t = time.monotonic()
         entries, outside = {}, []
         if collector is not None:
-            entries, outside = assign_manifests(
-                volumes, [(a.node, a.manifest) for a, _seen in collector.state.all_acks()])
+            # In the inventory's order (node, rank), as the Epilog's finalizer
+            # reads them: the reason lists files in the same order either way.
+            acks = sorted((a for a, _seen in collector.state.all_acks()), key=lambda a: (a.node, a.rank))
+            entries, outside = assign_manifests(volumes, [(a.node, a.manifest) for a in acks])
         cut_started = self.clock()
         self.hook("cutting")
         # The last acks and CUTTING are recorded (by this thread) while the

@@ -30,10 +30,10 @@ import os
 import time
 import typing
 
-from ..clock import utcnow
+from ..clock import aware, utcnow
 from ..errors import NotFound
 from ..jobdir import JobDir
-from . import ackledger, finalize
+from . import finalize
 from .. import states as S
 from .barrier import AckCollector
 from .cutter import VolumeInfo, assign_manifests, cut_all
@@ -54,13 +54,13 @@ def _as_time(t) -> dt.datetime | None:
     if t is None or t == 0:
         return None
     if isinstance(t, dt.datetime):
-        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+        return aware(t)
     return dt.datetime.fromtimestamp(float(t), dt.timezone.utc)
 
 
 def _wanted(run) -> str:
-    c = (run.options or {}).get("consistency", "app")
-    return c if c in ("app", "crash") else "app"
+    c = (run.options or {}).get("consistency", S.WANT_APP)
+    return c if c in S.WANTED else S.WANT_APP
 
 
 def _deadline(cfg, now: dt.datetime) -> dt.datetime:

@@ -15,16 +15,18 @@ from .slurmtime import iso_utc
 VERSION = 1
 
 
+def _run_fields(r: SetRow) -> dict[str, Any]:
+    """The job run a row is about, the same in a set's document and an unprotected run's."""
+    m = r.m
+    return {"job": r.job_label, "job_id": m["job_id"], "restart_count": m["restart_count"], "user": m["user_name"],
+            "partition": m["partition"], "nodes": list(m["nodes"] or [])}
+
+
 def set_doc(r: SetRow, now: dt.datetime) -> dict[str, Any]:
     m = r.m
     return {
         "set_id": m["set_id"],
-        "job": r.job_label,
-        "job_id": m["job_id"],
-        "restart_count": m["restart_count"],
-        "user": m["user_name"],
-        "partition": m["partition"],
-        "nodes": list(m["nodes"] or []),
+        **_run_fields(r),
         "epoch": m["epoch"],
         "trigger": m["trigger"],
         "wanted": m["wanted"],
@@ -95,12 +97,7 @@ def report_doc(rows: list[SetRow], *, now: dt.datetime, f) -> dict[str, Any]:
 def unprotected_doc(r: SetRow) -> dict[str, Any]:
     m = r.m
     return {
-        "job": r.job_label,
-        "job_id": m["job_id"],
-        "restart_count": m["restart_count"],
-        "user": m["user_name"],
-        "partition": m["partition"],
-        "nodes": list(m["nodes"] or []),
+        **_run_fields(r),
         "recorded_at": iso_utc(m["recorded_at"]),
         "volumes": {"protected": m["expected_parts"] - len(r.refused), "declared": m["expected_parts"]},
         "refused": [{"node": x.node, "path": x.path, "reason": x.why} for x in r.refused],

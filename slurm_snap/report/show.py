@@ -120,15 +120,17 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequen
     if not tests:
         out.append("  (none)")
 
-    out += ["", "Events:"]
-    for e in events:
-        out.append(f"  {precise(e.at, tz)} {e.level:<7} {e.node or '-':<10} {e.kind}: {e.message}")
-    if not events:
-        out.append("  (none)")
+    out += _event_lines(events, tz)
 
     out += ["", "Timeline:"]
     out += ["  " + line for line in timeline(st, acks, snaps)]
     return [line.rstrip() for line in out]
+
+
+def _event_lines(events: Sequence, tz: dt.tzinfo | None) -> list[str]:
+    out = ["", "Events:"]
+    out += [f"  {precise(e.at, tz)} {e.level:<7} {e.node or '-':<10} {e.kind}: {e.message}" for e in events]
+    return out if events else out + ["  (none)"]
 
 
 def render_job(run, volumes: Sequence, refused: Sequence, events: Sequence, *,
@@ -146,11 +148,7 @@ def render_job(run, volumes: Sequence, refused: Sequence, events: Sequence, *,
             out.append(f"  {v.node or '(shared)':<10} {v.path:<28} {v.volume_class:<10} {v.backend:<12} {state}")
     else:
         out.append("  (none)")
-    out += ["", "Events:"]
-    for e in events:
-        out.append(f"  {precise(e.at, tz)} {e.level:<7} {e.node or '-':<10} {e.kind}: {e.message}")
-    if not events:
-        out.append("  (none)")
+    out += _event_lines(events, tz)
     return [line.rstrip() for line in out]
 
 

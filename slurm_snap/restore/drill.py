@@ -34,7 +34,6 @@ from .runner import Credentials, RunResult, run_program
 
 log = logging.getLogger(__name__)
 
-DRILLABLE = frozenset({S.APP, S.CRASH})
 # Errors that say nothing about the set: they abort the drill instead of failing the set.
 NOT_THE_SETS_FAULT = (errors.ConfigError, errors.ToolMissing, errors.Unsupported, errors.TransportError)
 # A RUNNING test without drill.json younger than this may still be setting up.
@@ -191,7 +190,7 @@ class Drill:
             if st.state not in S.RESTORABLE:
                 raise errors.Conflict(f"snapshot set {st.id} is {st.state}; only COMPLETE, VERIFIED or "
                                       "FAILED_RESTORE sets can be drilled")
-            if st.consistency not in DRILLABLE:
+            if st.consistency not in S.DRILLABLE:
                 raise errors.Conflict(f"snapshot set {st.id} is labelled {st.consistency}; only app- or "
                                       "crash-consistent sets can be drilled")
             command = command or (run.options or {}).get("resume_cmd") or ""

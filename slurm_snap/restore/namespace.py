@@ -23,7 +23,7 @@ import stat
 from ..backends.base import Backend
 from ..backends.transport import LocalTransport
 from ..errors import BackendError, BadValueError, Unsupported
-from ..fsio import write_json
+from ..fsio import is_temporary, write_json
 from ..paths import open_dirs_nofollow
 from .parts import BackendFor
 
@@ -164,12 +164,12 @@ def cleanup_namespace(ns: str, backend_for_clone) -> list[str]:
         marker_dir = os.path.join(ns, MARKER_DIR)
         if os.path.lexists(marker_dir):
             shutil.rmtree(marker_dir)
-        leftovers = [n for n in os.listdir(ns) if n not in (STATE_FILE, STATE_FILE + ".tmp")]
+        ours = [n for n in os.listdir(ns) if n == STATE_FILE or is_temporary(n, STATE_FILE)]
+        leftovers = [n for n in os.listdir(ns) if n not in ours]
         if leftovers:
             return [f"{ns}: not removed, unexpected entries {sorted(leftovers)}"]
-        for n in (STATE_FILE, STATE_FILE + ".tmp"):
-            if os.path.lexists(os.path.join(ns, n)):
-                os.unlink(os.path.join(ns, n))
+        for n in ours:
+            os.unlink(os.path.join(ns, n))
         os.rmdir(ns)
     except FileNotFoundError:
         pass

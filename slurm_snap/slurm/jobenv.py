@@ -4,10 +4,11 @@ variables our plugin set at submit time (docs/contracts.md)."""
 from __future__ import annotations
 
 import os
-import pwd
 from dataclasses import dataclass, field
 
+from ..access import user_name
 from ..errors import BadValueError
+from ..states import WANT_APP
 from . import hostlist
 
 SPANK = "SPANK_SLURM_SNAP"
@@ -60,7 +61,7 @@ def _int(env, key: str, default: int | None = None) -> int:
 def from_environ(env=None) -> JobEnv:
     env = os.environ if env is None else env
     uid = _int(env, "SLURM_JOB_UID")
-    user = env.get("SLURM_JOB_USER") or _user_of(uid)
+    user = env.get("SLURM_JOB_USER") or user_name(uid)
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     vols = env.get(f"{SPANK}_VOLUMES", "")
     return JobEnv(
@@ -76,14 +77,8 @@ def from_environ(env=None) -> JobEnv:
         opted_in=env.get(SPANK) == "1",
         on_preempt=env.get(f"{SPANK}_ON_PREEMPT") == "1",
         volumes=tuple(v for v in vols.split(",") if v) if vols else (),
-        consistency=env.get(f"{SPANK}_CONSISTENCY") or "app",
+        consistency=env.get(f"{SPANK}_CONSISTENCY") or WANT_APP,
         resume_cmd=env.get(f"{SPANK}_RESUME_CMD", ""),
         exit_code=int(env["SLURM_JOB_EXIT_CODE"]) if env.get("SLURM_JOB_EXIT_CODE", "").isdigit() else None,
     )
 
-
-def _user_of(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)

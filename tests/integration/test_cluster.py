@@ -22,6 +22,7 @@ import pytest
 from cluster import (REPO, Cluster, ClusterError, loops_backed_by, mounts_under, namespace_inodes, netns_named,
                      new_state_dir, pid_alive, processes_in, processes_using, remove_state_dir, root_links_named,
                      run_dev_cluster, start_cluster)
+from slurm_snap.slurm import hooknames
 
 pytestmark = pytest.mark.integration
 
@@ -166,12 +167,8 @@ def test_up_twice_is_harmless(cluster):
 
 # --- hook entry points ----------------------------------------------------
 
-ENTRY_POINTS = {
-    "prolog/slurm-snap-prolog": "prolog",
-    "prolog/slurm-snap-prolog-slurmctld": "prolog-slurmctld",
-    "epilog/slurm-snap-epilog": "epilog",
-    "epilog/slurm-snap-epilog-slurmctld": "epilog-slurmctld",
-}
+# entry point -> the hook it runs in the foreground, from the one table of names
+ENTRY_POINTS = {hooknames.ENTRY_POINTS[hooknames.SLURM_KEY[h]]: h for h in hooknames.LISTED}
 # PrologSlurmctld's entry point as installed: RECORD=background (the default)
 # hands the recording to a detached helper; foreground runs the hook itself.
 CASES = [(rel, hook, None) for rel, hook in sorted(ENTRY_POINTS.items()) if hook != "prolog-slurmctld"] + [
@@ -259,8 +256,7 @@ def test_entry_point_fails_open_without_helper(tmp_path):
 def test_cluster_hooks_are_installed_with_absolute_paths(cluster):
     conf = Path(cluster.slurm_conf).read_text()
     for rel, hook in ENTRY_POINTS.items():
-        key = {"prolog": "Prolog", "epilog": "Epilog", "prolog-slurmctld": "PrologSlurmctld",
-               "epilog-slurmctld": "EpilogSlurmctld"}[hook]
+        key = hooknames.SLURM_KEY[hook]
         installed = cluster.state / "libexec" / Path(rel).name
         assert re.search(rf"^{key}={re.escape(str(installed))}$", conf, re.M), key
         text = installed.read_text()

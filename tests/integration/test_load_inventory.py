@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from inventory_helpers import sets_of_job
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +31,8 @@ NODES = ("n1", "n2")
 WORKER = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
-from slurm_snap.protocol.simulate import register_test_backends
+sys.path.insert(0, os.path.join(sys.argv[1], "tests"))
+from doubles import register_test_backends
 register_test_backends()
 from slurm_snap.cli import main
 from slurm_snap import access, config
@@ -141,7 +144,7 @@ def test_twenty_processes_register_and_snapshot_without_losing_a_row(site):
                         [("pfs", "")] + [("scratch", n) for n in NODES]
                     # prepared by the node Prologs: every volume exists on disk
                     assert all(os.path.isdir(v.path) for v in vols), job_id
-                    (st,) = repo.sets_of_job(job_id)
+                    (st,) = sets_of_job(repo, job_id)
                     assert st.state == "COMPLETE" and len(repo.snapshots(st.id)) == len(vols)
                     # PrologSlurmctld's record; node Prologs leave theirs in hooks.log (checked above)
                     assert len(repo.events(job_id=job_id, kind="hook")) == 1

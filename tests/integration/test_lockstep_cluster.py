@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from inventory_helpers import sets_of_job
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +86,7 @@ def _set(repo, set_id: int):
 
 def _preempt_sets(repo, jid: int):
     return [(s.id, s.state, s.consistency, s.reason, s.checkpoint_step, s.epoch)
-            for s in repo.sets_of_job(jid) if s.trigger == "preempt"]
+            for s in sets_of_job(repo, jid) if s.trigger == "preempt"]
 
 
 def _one_point(cluster, set_id: int, world: int = 6) -> int:

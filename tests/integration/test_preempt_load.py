@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from inventory_helpers import sets_of_job
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 JOBS = 20
@@ -26,7 +28,7 @@ def _sets(repo, ids):
     """job id -> (epoch, state, consistency, reason, parts, EpilogSlurmctld opened it) of its preemption set."""
     out = {}
     for jid in ids:
-        for st in repo.sets_of_job(jid):
+        for st in sets_of_job(repo, jid):
             if st.trigger != "preempt":
                 continue
             opened = any(e.kind == "preempt" and "opened at preemption" in e.message

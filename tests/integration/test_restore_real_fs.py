@@ -25,8 +25,8 @@ from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpe
 from slurm_snap import states as S
 from slurm_snap.restore.drill import Drill
 from slurm_snap.restore.parts import backend_resolver
-from slurm_snap.restore.prune import Pruner
-from slurm_snap.restore.retention import Policy
+from slurm_snap.retention.prune import Pruner
+from slurm_snap.retention.policy import Policy
 
 pytestmark = pytest.mark.integration
 

@@ -19,6 +19,7 @@ from slurm_snap.backends import factory
 from slurm_snap.cli import main
 from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
 from slurm_snap import states as S
+from inventory_helpers import restore_tests
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +106,7 @@ def _submit_and_wait(cluster) -> None:
         assert not os.path.exists(out["namespace"])
         with inv.session() as repo:
             assert repo.get_set(set_id).state == S.VERIFIED
-            (rt,) = repo.restore_tests(set_id)
+            (rt,) = restore_tests(repo, set_id)
             assert rt.result == "PASSED" and rt.slurm_job_id == out["slurm_job_id"]
         # Slurm ran it, as the owner, inside the drill's Slurm job.
         info = json.loads(seen.read_text())
@@ -124,7 +125,7 @@ def _submit_then_collect(cluster) -> None:
         out = json.loads(text)
         assert code == 0 and out["result"] == "SUBMITTED" and out["slurm_job_id"]
         with inv.session() as repo:
-            (rt,) = repo.restore_tests(set_id)
+            (rt,) = restore_tests(repo, set_id)
             assert rt.result == "RUNNING" and rt.slurm_job_id == out["slurm_job_id"]
             assert repo.get_set(set_id).state == S.COMPLETE
         end = time.monotonic() + 120
@@ -137,7 +138,7 @@ def _submit_then_collect(cluster) -> None:
         else:
             pytest.fail(f"--collect never recorded restore test {rt.id}: {text}")
         with inv.session() as repo:
-            (rt,) = repo.restore_tests(set_id)
+            (rt,) = restore_tests(repo, set_id)
             assert (rt.result, rt.first_step) == ("PASSED", 42)
             assert repo.get_set(set_id).state == S.VERIFIED
             assert not os.path.exists(rt.target)

@@ -24,6 +24,7 @@ from slurm_snap import access, errors
 from slurm_snap.cli import main
 from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Coordinator
+from inventory_helpers import restore_tests, sets_of_job
 
 
 def _account(names, fallback_uid):
@@ -58,7 +59,7 @@ def as_user(monkeypatch, uid):
 
 def state_of(env):
     with env.inv.session() as repo:
-        return [(s.id, s.state) for s in repo.sets_of_job(env.job_id)]
+        return [(s.id, s.state) for s in sets_of_job(repo, env.job_id)]
 
 
 COMMANDS = {
@@ -176,7 +177,7 @@ def test_owner_cannot_restore_where_they_could_not_write(world, owner_dir, monke
     if before is not None:
         assert sorted(os.listdir(os.path.dirname(target))) == before
     with world.inv.session() as repo:
-        assert repo.restore_tests(world.set_id) == []
+        assert restore_tests(repo, world.set_id) == []
 
 
 def test_owner_symlink_to_a_root_directory_is_resolved_and_refused(world, owner_dir, monkeypatch, capsys):

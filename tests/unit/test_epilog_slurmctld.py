@@ -20,6 +20,7 @@ import pytest
 from protocol_fixtures import make_env
 from slurm_snap import states as S
 from slurm_snap.hooks.run import run_named
+from inventory_helpers import sets_of_job
 
 FAKE_SQUEUE = """#!/bin/sh
 # squeue --json as slurmctld answers it, but only through the cluster's slurm.conf
@@ -79,7 +80,7 @@ def test_with_the_clusters_slurm_conf_it_opens_the_set(env, capsys):
     rec = _log(env)
     assert rec["status"] == "ok" and re.fullmatch(r"preempted at \d+: set \d+ opened", rec["message"]), rec
     with env.inv.session() as repo:
-        (st,) = repo.sets_of_job(env.job_id)
+        (st,) = sets_of_job(repo, env.job_id)
         assert (st.epoch, st.trigger, st.state) == ("preempt-0", "preempt", S.QUIESCING)
         assert any("opened at preemption" in e.message for e in repo.events(set_id=st.id))
     assert "SLURM_CONF" in os.environ and os.environ["SLURM_CONF"] == env.slurm_conf
@@ -92,7 +93,7 @@ def test_a_squeue_that_fails_is_a_recorded_failure_not_not_preempted(env, capsys
     assert rec["status"] == "failed" and "squeue exited with status 1" in rec["message"], rec
     assert "not preempted" not in rec["message"]
     with env.inv.session() as repo:
-        assert repo.sets_of_job(env.job_id) == []
+        assert sets_of_job(repo, env.job_id) == []
         assert any(e.kind == "hook-failed" and "squeue" in e.message for e in repo.events(job_id=env.job_id))
 
 
@@ -124,7 +125,7 @@ def test_after_the_node_epilogs_finished_the_set_it_says_so(env, capsys):
     cfg = _config(env, env.slurm_conf)
     assert run_named(cfg, "epilog-slurmctld") == 0
     with env.inv.session() as repo:
-        (st,) = repo.sets_of_job(env.job_id)
+        (st,) = sets_of_job(repo, env.job_id)
         repo.transition(st.id, S.CUTTING)
         repo.transition(st.id, S.FAILED, reason="test")
     assert run_named(cfg, "epilog-slurmctld") == 0

@@ -22,6 +22,7 @@ import pytest
 from slurm_snap import errors
 from slurm_snap.cli import main
 from slurm_snap.inventory.repository import Inventory, VolumeSpec
+from inventory_helpers import sets_of_job
 
 UNREACHABLE = {
     # url template -> what the message must contain
@@ -157,7 +158,7 @@ def test_locked_inventory_snapshot_cli_exits_9(tmp_path, capsys, locked_db):
     holder.wait(10)
     inv = Inventory(url)
     with inv.session() as repo:
-        assert repo.sets_of_job(10) == []  # no half-made set
+        assert sets_of_job(repo, 10) == []  # no half-made set
     inv.dispose()
 
 

@@ -35,6 +35,7 @@ from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Coordinator
 from slurm_snap.protocol.repair import repair
 from test_protocol_repair import run_and_kill, snapshot_dirs
+from inventory_helpers import sets_of_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,7 +46,7 @@ def now():
 
 def load(env, set_id=None):
     with env.inv.session() as repo:
-        sets = repo.sets_of_job(env.job_id)
+        sets = sets_of_job(repo, env.job_id)
         st = sets[-1] if set_id is None else repo.get_set(set_id)
         return st, repo.snapshots(st.id, include_deleted=True), repo.acks(st.id), repo.events(set_id=st.id)
 
@@ -298,7 +299,7 @@ def test_late_epilog_after_requeue_finishes_the_preempted_runs_set(tmp_path):
     set_id, t_pre = _preempted_then_requeued(env)
     r = preempt.epilog_cut(env.cfg, env.inv, Job(env, "n2", 1), preempt_time=t_pre.timestamp())
     with env.inv.session() as repo:
-        assert [s.id for s in repo.sets_of_job(env.job_id)] == [set_id]  # no second set
+        assert [s.id for s in sets_of_job(repo, env.job_id)] == [set_id]  # no second set
     assert r == f"set {set_id} COMPLETE app-consistent"
     st, parts, acks, _e = load(env, set_id)
     assert (st.state, st.checkpoint_step, len(parts), len(acks)) == (S.COMPLETE, 9, 3, 2)

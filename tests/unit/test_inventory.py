@@ -9,6 +9,7 @@ import pytest
 from slurm_snap import errors
 from slurm_snap.inventory.repository import AckRecord, Inventory, SetFilter, SnapshotRecord, VolumeSpec
 from slurm_snap import states as S
+from inventory_helpers import sets_of_job
 
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.timezone.utc)
 
@@ -127,11 +128,13 @@ def test_acks_snapshots_and_queries(inventory):
         assert len(repo.snapshots(st.id)) == 4
         assert repo.newest_set(100).id == st.id
         assert 100 in repo.newest_verified_by_job([100])
-        assert repo.newest_verified_by_user()["alice"].tzinfo is not None
-        rows = repo.query_sets(SetFilter(users=["alice"], start=T0 - dt.timedelta(hours=1)))
-        assert [r.id for r in rows] == [st.id]
-        assert repo.query_sets(SetFilter(users=["bob"])) == []
-        assert repo.query_sets(SetFilter(job_runs=[(100, 1)])) == []
+        # an aggregate's time (SQLite hands it back as text) is aware UTC again
+        newest = {user: t for _job, user, t in repo.report_job_rpo(T0 - dt.timedelta(hours=1))}
+        assert newest["alice"].tzinfo is not None
+        rows = repo.report_set_rows(SetFilter(users=["alice"], start=T0 - dt.timedelta(hours=1)))
+        assert [r["set_id"] for r in rows] == [st.id]
+        assert list(repo.report_set_rows(SetFilter(users=["bob"]))) == []
+        assert list(repo.report_set_rows(SetFilter(job_runs=[(100, 1)]))) == []
         assert (S.VERIFIED, S.APP, 1) in repo.count_sets_by()
 
 
@@ -148,7 +151,7 @@ def test_utc_roundtrip_and_naive_refused(inventory):
             run = repo.job_run(100)
             repo.create_set(run, epoch="naive", trigger="manual", requested_at=dt.datetime(2026, 1, 1))
     with inventory.session() as repo:  # the failed transaction left nothing behind
-        assert [s.epoch for s in repo.sets_of_job(100)] == ["e"]
+        assert [s.epoch for s in sets_of_job(repo, 100)] == ["e"]
 
 
 def test_concurrent_writers_no_lock_errors(inventory):

@@ -16,6 +16,7 @@ from slurm_snap import states as S
 from slurm_snap.protocol.ackledger import AckLedger
 from slurm_snap.protocol.barrier import AckCollector, wait_for_barrier
 from slurm_snap.protocol.coordinator import Coordinator
+from inventory_helpers import sets_of_job
 
 NODES = tuple(f"n{i}" for i in range(1, 9))
 
@@ -138,7 +139,7 @@ def test_coordinator_records_acks_before_the_cut(tmp_path):
     def hook(phase):
         if phase == "barrier":
             with env.inv.session() as repo:
-                st = repo.sets_of_job(env.job_id)[-1]
+                st = sets_of_job(repo, env.job_id)[-1]
                 seen_at_barrier.append(len(repo.acks(st.id)))
 
     out = Coordinator(env.cfg, env.inv, signaller=signal, caller=ROOT, hook=hook).snapshot(env.job_id, deadline=10)

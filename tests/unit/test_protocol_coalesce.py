@@ -49,13 +49,13 @@ def test_next_window_cuts_a_new_snapshot(tmp_path):
 
 
 def test_volume_scoped_backends_never_coalesce(tmp_path):
-    from slurm_snap.protocol import simulate
+    import doubles
 
-    simulate.register_test_backends()
+    doubles.register_test_backends()
     vol = tmp_path / "vol"
     vol.mkdir()
-    backend = get_backend(simulate.CopyBackend.name, {})
+    backend = get_backend(doubles.CopyBackend.name, {})
     assert backend.coalesce_key(str(vol)) is None
-    r = cut_one(VolumeInfo(1, str(vol), "shared", "", "pfs", simulate.CopyBackend.name), job_id=1, set_id=1,
+    r = cut_one(VolumeInfo(1, str(vol), "shared", "", "pfs", doubles.CopyBackend.name), job_id=1, set_id=1,
                 backend_for=lambda _: backend, entries=[], clock=lambda: dt.datetime.now(dt.timezone.utc))
     assert r.ok and r.shared_key == "" and r.name == "slurm-snap-1-1-1"

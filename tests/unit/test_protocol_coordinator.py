@@ -13,7 +13,8 @@ from protocol_fixtures import ROOT, make_env
 from slurm_snap import access, errors
 from slurm_snap.cli import main
 from slurm_snap import states as S
-from slurm_snap.protocol.coordinator import Coordinator
+from slurm_snap.protocol.coordinator import Barrier, Coordinator
+from inventory_helpers import sets_of_job
 
 
 class Ranks:
@@ -67,6 +68,7 @@ def test_app_consistent_set_end_to_end(tmp_path):
     out = coord(env, ranks).snapshot(env.job_id, deadline=5)
     ranks.join()
     assert (out.state, out.consistency, out.reason) == (S.COMPLETE, S.APP, "")
+    assert out.barrier is Barrier.COMPLETE
     assert ranks.calls == 1  # ONE signal call for every rank on every node
     st, parts, acks, events = load_set(env, out.set_id)
     assert st.state == S.COMPLETE and st.consistency == S.APP and st.checkpoint_step == 7
@@ -98,6 +100,7 @@ def test_missing_rank_gives_crash_consistent_naming_the_node(tmp_path):
     assert time.monotonic() - t < 3
     ranks.join()
     assert (out.state, out.consistency) == (S.COMPLETE, S.CRASH)
+    assert out.barrier is Barrier.INCOMPLETE
     assert "barrier incomplete on 1 of 2 nodes (n2)" in out.reason and out.failed_nodes == ["n2"]
     st, parts, _a, _e = load_set(env, out.set_id)
     assert st.barrier_at is None and len(parts) == 3
@@ -214,7 +217,7 @@ def test_only_owner_or_operator_may_snapshot(tmp_path):
         coord(env, caller=access.Caller(uid=1234, name="mallory")).snapshot(env.job_id)
     assert "belongs to alice; mallory is neither" in str(exc.value)
     with env.inv.session() as repo:
-        assert repo.sets_of_job(env.job_id) == []
+        assert sets_of_job(repo, env.job_id) == []
     out = coord(env, caller=access.Caller(uid=1000, name="alice", via_sudo=True)).snapshot(
         env.job_id, consistency="crash")
     assert out.state == S.COMPLETE
@@ -246,6 +249,42 @@ def test_cli_snapshot_crash_prints_the_set_and_exits_0(tmp_path, capsys):
     rc = main(["--config", env.cfg.path, "snapshot", str(env.job_id), "--consistency", "crash", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["state"] == S.COMPLETE and out["consistency"] == S.CRASH
+    assert out["barrier"] == "not-asked"
+
+
+def test_cli_barrier_deadline_passed_exits_8_whatever_the_label(tmp_path, capsys, monkeypatch):
+    """Issue 21 item 6: no rank acknowledges, crash-consistent sets allowed.
+    The set is cut and recorded COMPLETE crash-consistent, and the exit
+    status still says the deadline passed (README, --help)."""
+    env = make_env(tmp_path, nodes=("n1",))
+    monkeypatch.setenv("SLURM_SNAP_SCANCEL", "/bin/true")  # "signal delivered", nobody answers
+    rc = main(["--config", env.cfg.path, "snapshot", str(env.job_id), "--deadline", "0.2", "--json"])
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert rc == errors.TIMEOUT == 8
+    assert (out["state"], out["consistency"], out["barrier"]) == (S.COMPLETE, S.CRASH, "incomplete")
+    assert "barrier incomplete on 1 of 1 nodes (n1)" in out["reason"]
+    assert "ended COMPLETE crash-consistent" in cap.err
+    st, parts, _acks, _events = load_set(env, out["set_id"])
+    assert (st.state, st.consistency) == (S.COMPLETE, S.CRASH) and parts and all(p.state == "CUT" for p in parts)
+
+
+def test_cli_signal_failure_is_a_barrier_not_met(tmp_path, capsys, monkeypatch):
+    """The signal never reached the ranks: nobody is waited for, the set is
+    recorded crash-consistent and the exit status is the barrier's (8)."""
+    env = make_env(tmp_path, nodes=("n1",))
+    monkeypatch.setenv("SLURM_SNAP_SCANCEL", "/bin/false")
+    rc = main(["--config", env.cfg.path, "snapshot", str(env.job_id), "--deadline", "5"])
+    cap = capsys.readouterr()
+    assert rc == errors.TIMEOUT
+    assert "COMPLETE crash-consistent" in cap.out and "signal failed" in cap.err
+
+
+def test_snapshot_help_states_the_exit_rule(capsys):
+    assert main(["snapshot", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "8 when the barrier deadline passed before every rank acknowledged" in text
+    assert "whatever label the set got" in text
 
 
 def test_cli_barrier_timeout_exits_8_and_busy_exits_6(tmp_path, capsys, monkeypatch):
@@ -278,7 +317,7 @@ def test_snapshots_cut_after_repair_labelled_the_set_are_removed(tmp_path):
     def repair_meanwhile(phase):
         if phase == "cut":  # every volume cut, nothing recorded yet
             with env.inv.session() as repo:
-                st = repo.sets_of_job(env.job_id)[-1]
+                st = sets_of_job(repo, env.job_id)[-1]
                 repo.transition(st.id, S.FAILED, reason="repair: deadline passed")
 
     c = coord(env, hook=repair_meanwhile)
@@ -288,6 +327,6 @@ def test_snapshots_cut_after_repair_labelled_the_set_are_removed(tmp_path):
     left = [n for d in snapdirs if os.path.isdir(d) for n in os.listdir(d) if n.startswith("slurm-snap-")]
     assert left == []
     with env.inv.session() as repo:
-        st = repo.sets_of_job(env.job_id)[-1]
+        st = sets_of_job(repo, env.job_id)[-1]
         assert st.state == S.FAILED and repo.snapshots(st.id) == []
         assert any("labelled FAILED by repair while cutting" in e.message for e in repo.events(job_id=env.job_id))

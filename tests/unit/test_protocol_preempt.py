@@ -16,6 +16,7 @@ from slurm_snap.errors import NotFound
 from slurm_snap.protocol import preempt
 from slurm_snap import states as S
 from slurm_snap.protocol.repair import repair
+from inventory_helpers import sets_of_job
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def job(env, node, restart_count=1):
 
 def the_set(env):
     with env.inv.session() as repo:
-        (st,) = repo.sets_of_job(env.job_id)
+        (st,) = sets_of_job(repo, env.job_id)
         return st, repo.snapshots(st.id), repo.acks(st.id), repo.events(set_id=st.id)
 
 
@@ -183,7 +184,7 @@ def test_late_epilog_after_the_requeued_runs_prolog_finishes_the_open_set(env):
     r = preempt.epilog_cut(env.cfg, env.inv, job(env, "n2"), preempt_time=t_pre.timestamp())
     assert r == f"set {set_id} COMPLETE app-consistent"
     with env.inv.session() as repo:
-        assert [s.id for s in repo.sets_of_job(env.job_id)] == [set_id]
+        assert [s.id for s in sets_of_job(repo, env.job_id)] == [set_id]
     # a duplicate Epilog after completion finds the finished set, not a new run's
     assert "already COMPLETE" in preempt.epilog_cut(env.cfg, env.inv, job(env, "n2"),
                                                     preempt_time=t_pre.timestamp())

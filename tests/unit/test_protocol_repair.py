@@ -18,6 +18,7 @@ from slurm_snap.cli import main
 from slurm_snap.protocol import owner
 from slurm_snap import states as S
 from slurm_snap.protocol.repair import repair
+from inventory_helpers import sets_of_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -53,7 +54,7 @@ def run_and_kill(env, phase: str):
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
     with env.inv.session() as repo:
-        (st,) = repo.sets_of_job(env.job_id)
+        (st,) = sets_of_job(repo, env.job_id)
         return st.id, st.state, st.epoch, st.owner, proc.pid
 
 

@@ -13,8 +13,8 @@ from slurm_snap.cli import main
 from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
 from slurm_snap import states as S
 from slurm_snap.restore.parts import backend_resolver
-from slurm_snap.restore.prune import Pruner
-from slurm_snap.restore.retention import Policy
+from slurm_snap.retention.prune import Pruner
+from slurm_snap.retention.policy import Policy
 
 from test_restore_support import NAME, T0, add_set, copy_tree, world  # noqa: F401  (fixture)
 

@@ -13,6 +13,7 @@ from slurm_snap.restore import drill as drill_mod
 from slurm_snap.restore.drill import Drill
 
 from test_restore_support import OWNER, add_set, tree_digest, world  # noqa: F401  (fixture)
+from inventory_helpers import restore_tests, sets_of_job
 
 @pytest.fixture(autouse=True)
 def _needs_root():
@@ -55,7 +56,7 @@ def test_passing_drill_verifies_the_set_and_leaves_live_data_alone(inventory, wo
     with inventory.session() as repo:
         st = repo.get_set(set_id)
         assert st.state == S.VERIFIED and st.verified_at is not None
-        (rt,) = repo.restore_tests(set_id)
+        (rt,) = restore_tests(repo, set_id)
         assert (rt.result, rt.first_step) == ("PASSED", 101)
         assert rt.time_to_first_step == pytest.approx(out.time_to_first_step)
         assert rt.target == out.namespace and rt.finished_at is not None
@@ -87,7 +88,7 @@ def test_broken_set_fails_and_stops_counting_for_rpo(inventory, world):
         assert st.state == S.FAILED_RESTORE
         assert st.verified_at is None
         assert "exit status 3" in st.reason
-        assert [t.result for t in repo.restore_tests(set_id)] == ["PASSED", "FAILED"]
+        assert [t.result for t in restore_tests(repo, set_id)] == ["PASSED", "FAILED"]
         assert repo.newest_verified_by_job([42]) == {}
 
 
@@ -102,7 +103,7 @@ def test_deadline_kills_the_program_and_fails_the_set(inventory, world):
     assert leftovers(world) == []
     with inventory.session() as repo:
         assert repo.get_set(set_id).state == S.FAILED_RESTORE
-        assert repo.restore_tests(set_id)[0].reason.startswith("deadline")
+        assert restore_tests(repo, set_id)[0].reason.startswith("deadline")
 
 
 @pytest.mark.parametrize("mode, words", [("stale", "did not resume from the snapshot"),
@@ -138,7 +139,7 @@ def test_refuses_target_inside_or_around_a_live_volume(inventory, world):
     with pytest.raises(errors.BadValueError, match="jobs"):
         d.run("42", command=world.command("ok"), target=os.path.join(world.base, "scratch", "jobs", "999"))
     with inventory.session() as repo:
-        assert repo.restore_tests(set_id) == []
+        assert restore_tests(repo, set_id) == []
         assert repo.get_set(set_id).state == S.COMPLETE
 
 
@@ -181,7 +182,7 @@ def test_residency_is_enforced(inventory, world):
 
     add_set(inventory, world)
     with inventory.session() as repo:
-        snap = repo.snapshots(repo.sets_of_job(42)[0].id)[0]
+        snap = repo.snapshots(sets_of_job(repo, 42)[0].id)[0]
         repo.s.execute(type(snap).__table__.update().values(site="eu-1"))
     cfg = dataclasses.replace(world.cfg, restore=dataclasses.replace(world.cfg.restore, enforce_residency=True,
                                                                      site="us-1"))
@@ -230,14 +231,14 @@ def test_interrupted_drill_is_cleaned_up_by_the_next_one(inventory, world, monke
     (ns,) = leftovers(world)
     assert os.path.isdir(os.path.join(world.restore_root, ns, "scratch"))   # the clone was left behind
     with inventory.session() as repo:
-        assert repo.restore_tests(set_id)[0].result == "RUNNING"
+        assert restore_tests(repo, set_id)[0].result == "RUNNING"
 
     monkeypatch.undo()
     out = drill(inventory, world).run("42", command=world.command("ok"), deadline=60)
     assert out.passed, out.reason
     assert leftovers(world) == []
     with inventory.session() as repo:
-        first, second = repo.restore_tests(set_id)
+        first, second = restore_tests(repo, set_id)
         assert first.result == "FAILED" and first.reason.startswith("interrupted")
         assert second.result == "PASSED"
         assert repo.get_set(set_id).state == S.VERIFIED
@@ -255,7 +256,7 @@ def test_exception_during_drill_cleans_up_and_leaves_set_state(inventory, world,
     assert leftovers(world) == []
     with inventory.session() as repo:
         assert repo.get_set(set_id).state == S.COMPLETE
-        (rt,) = repo.restore_tests(set_id)
+        (rt,) = restore_tests(repo, set_id)
         assert rt.result == "FAILED" and rt.reason.startswith("interrupted")
 
 
@@ -329,5 +330,5 @@ def test_infrastructure_errors_abort_without_blaming_the_set(inventory, world):
     assert leftovers(world) == []
     with inventory.session() as repo:
         assert repo.get_set(set_id).state == S.COMPLETE
-        (rt,) = repo.restore_tests(set_id)
+        (rt,) = restore_tests(repo, set_id)
         assert rt.result == "FAILED" and rt.reason.startswith("drill aborted")

@@ -86,3 +86,20 @@ def test_cleanup_removes_the_alternative_namespace_on_every_host(tmp_path, monke
     assert sorted(removed) == [(f"root@{n}", f"{alt}/scratch@{n}") for n in ("n1", "n2", "n3")]
     assert sorted(emptied) == [(f"root@{n}", alt) for n in ("n1", "n2", "n3")]
     assert not os.path.exists(ns)
+
+
+def test_cleanup_takes_a_killed_writers_temporary_as_its_own_but_nothing_else(tmp_path):
+    """drill.json is written by fsio.atomic_write: a drill killed mid-write
+    leaves its temporary, which must not keep the namespace forever."""
+    ns = nsmod.namespace_path(str(tmp_path), 4, 2)
+    nsmod.make_namespace(str(tmp_path), ns, os.getuid(), os.getgid())
+    nsmod.write_state(ns, {"clones": []})
+    with open(os.path.join(ns, f".{nsmod.STATE_FILE}.123.456.abcd.tmp"), "w") as f:
+        f.write("{")
+    assert nsmod.cleanup_namespace(ns, lambda entry: None) == []
+    assert not os.path.exists(ns)
+    ns = nsmod.namespace_path(str(tmp_path), 4, 3)
+    nsmod.make_namespace(str(tmp_path), ns, os.getuid(), os.getgid())
+    open(os.path.join(ns, "user-file"), "w").close()
+    (err,) = nsmod.cleanup_namespace(ns, lambda entry: None)
+    assert "unexpected entries ['user-file']" in err and os.path.isdir(ns)

@@ -7,7 +7,7 @@ import pytest
 
 from slurm_snap import errors
 from slurm_snap import states as S
-from slurm_snap.restore.retention import DELETE, KEEP, Policy, SetSummary, decide, parse_duration
+from slurm_snap.retention.policy import DELETE, KEEP, Policy, SetSummary, decide
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=UTC)  # a Monday, ISO week 49
@@ -188,16 +188,3 @@ def test_empty_input():
 def test_bad_policy_values_are_refused(kwargs):
     with pytest.raises(errors.BadValueError):
         Policy(**kwargs)
-
-
-@pytest.mark.parametrize("text, expected", [("7d", dt.timedelta(days=7)), ("12h", dt.timedelta(hours=12)),
-                                            ("1d12h", dt.timedelta(days=1, hours=12)),
-                                            ("30m", dt.timedelta(minutes=30)), ("90s", dt.timedelta(seconds=90))])
-def test_parse_duration(text, expected):
-    assert parse_duration(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "7", "d", "1w", "-1d", "1h1d"])
-def test_parse_duration_refuses(text):
-    with pytest.raises(errors.BadValueError, match="duration"):
-        parse_duration(text)

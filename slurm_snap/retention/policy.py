@@ -2,7 +2,7 @@
 
 Pure code: the input is a list of set summaries and an injected clock, the
 output is one decision per set with its reasons; nothing here touches the
-inventory or a backend (prune.py executes the decisions). The rules follow
+inventory or a backend (retention/prune.py executes the decisions). The rules follow
 restic's `forget --keep-*`, applied per job:
 
 - keep the last N restorable sets (--keep-last);
@@ -20,7 +20,6 @@ restic's `forget --keep-*`, applied per job:
 from __future__ import annotations
 
 import datetime as dt
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -29,9 +28,6 @@ from .. import states as S
 
 KEEP = "keep"
 DELETE = "delete"
-
-DRILLABLE_CONSISTENCY = frozenset({S.APP, S.CRASH})
-
 
 @dataclass(frozen=True)
 class SetSummary:
@@ -77,7 +73,7 @@ class Decision:
 
 
 def restorable(s: SetSummary) -> bool:
-    return s.state in S.RESTORABLE and s.consistency in DRILLABLE_CONSISTENCY
+    return S.drillable(s.state, s.consistency)
 
 
 def _day(t: dt.datetime) -> str:
@@ -167,11 +163,3 @@ def _fmt_duration(d: dt.timedelta) -> str:
             return f"{secs // size}{unit}"
     return f"{secs}s"
 
-
-def parse_duration(text: str) -> dt.timedelta:
-    """`7d`, `12h`, `30m`, `90s`, or combinations like `1d12h`."""
-    m = re.fullmatch(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text or "")
-    if not text or m is None or not any(m.groups()):
-        raise BadValueError(what="duration", value=text, why="expected e.g. 7d, 12h, 1d12h, 30m, 90s")
-    d, h, mi, s = (int(g or 0) for g in m.groups())
-    return dt.timedelta(days=d, hours=h, minutes=mi, seconds=s)

@@ -16,8 +16,8 @@ from typing import Callable, Iterable
 
 from .. import errors
 from .. import states as S
-from .parts import BackendFor, ref_from_row
-from .retention import KEEP, Decision, Policy, SetSummary, decide
+from ..restore.parts import BackendFor, ref_from_row
+from .policy import KEEP, Decision, Policy, SetSummary, decide
 
 
 @dataclass

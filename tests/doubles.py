@@ -1,4 +1,6 @@
-"""Test and benchmark doubles that plug into the real code paths.
+"""Test and benchmark doubles that plug into the real code paths (tests/ is
+on sys.path for tests; benchmarks put it there too: one module name, so the
+backend registry sees one class per name).
 
 - CopyBackend ("test-copy"): snapshots a directory by copying it; idempotent
   names, a claim file naming the volume, list/exists/delete: enough of the
@@ -12,7 +14,6 @@ Both register through the backend registry, like any third-party backend.
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 import multiprocessing as mp
 import os
@@ -23,10 +24,11 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..backends import registry
-from ..backends.base import Backend, Capabilities, SnapshotRef, check_abs_path, check_name
-from ..client.ack import ManifestEntry, ack_filename, build_ack
-from ..errors import BackendError, NotFound, SnapshotCollision
+from slurm_snap.backends import registry
+from slurm_snap.backends.base import Backend, Capabilities, SnapshotRef, check_abs_path, check_name
+from slurm_snap.client.ack import ManifestEntry, ack_filename, build_ack
+from slurm_snap.clock import utcnow
+from slurm_snap.errors import BackendError, NotFound, SnapshotCollision
 
 CLAIM = ".volume"
 
@@ -158,9 +160,11 @@ def plan_ranks(nodes: Sequence[str], ranks_per_node: int, *, base: float = 0.0, 
 
 
 def write_ack(ack_dir: str, job_id: int, epoch: str, p: RankPlan, step: int, *, fsync: bool = False) -> None:
+    """A rank's acknowledgement, renamed into place. Not fsio.atomic_write:
+    the barrier benchmark stamps the moment right after the rename, and the
+    directory fsync atomic_write adds would land after the waiter woke."""
     data = build_ack(job_id=str(job_id), epoch=epoch, node=p.node, rank=p.rank, local_rank=p.local_rank,
-                     local_size=p.local_size, step=step, written_at=dt.datetime.now(dt.timezone.utc),
-                     manifest=p.manifest)
+                     local_size=p.local_size, step=step, written_at=utcnow(), manifest=p.manifest)
     name = ack_filename(p.node, p.rank)
     tmp = os.path.join(ack_dir, f".{name}.tmp")
     with open(tmp, "wb") as f:

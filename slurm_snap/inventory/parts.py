@@ -1,0 +1,102 @@
+"""A set's acknowledgements and parts: what the barrier saw and what the cut
+made (or could not), as the verdict, repair and prune read them. Bulk
+inserts go through Core executemany: a 1,000-node set is one statement per
+table, not 1,000 ORM flushes."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from sqlalchemy import delete, func, insert, select, tuple_, update
+from sqlalchemy.orm import Session, selectinload
+
+from ..clock import utcnow
+from .models import BarrierAck, Snapshot
+from .records import AckRecord, SnapshotRecord
+
+
+class PartQueries:
+    """Mixed into inventory.repository.Repository; `self.s` is the transaction's session."""
+
+    s: Session
+
+    def record_acks(self, set_id: int, acks: Sequence[AckRecord], *,
+                    replace: Sequence[tuple[str, int]] | None = None, replace_all: bool = False) -> int:
+        """Insert acknowledgements not yet recorded, each with the time it was
+        first seen (`seen_at`, the reader's clock; now when None); one
+        statement for all nodes. Re-reading the same files adds nothing.
+
+        `replace` names (node, rank) rows to drop first (a rank rewrote its
+        acknowledgement); `replace_all` drops every row of the set first."""
+        if replace_all:
+            self.s.execute(delete(BarrierAck).where(BarrierAck.set_id == set_id))
+        elif replace:
+            self.s.execute(delete(BarrierAck).where(BarrierAck.set_id == set_id,
+                                                    tuple_(BarrierAck.node, BarrierAck.rank).in_(list(replace))))
+        q = select(BarrierAck.node, BarrierAck.rank).where(BarrierAck.set_id == set_id)
+        nodes = {a.node for a in acks}
+        if len(nodes) <= 256:
+            # A late batch of a few nodes need not read back the rows of all the others.
+            q = q.where(BarrierAck.node.in_(sorted(nodes)))
+        have = set(self.s.execute(q)) if nodes else set()
+        now = utcnow()
+        rows = []
+        for a in acks:
+            if (a.node, a.rank) in have:
+                continue
+            have.add((a.node, a.rank))
+            rows.append(dict(set_id=set_id, node=a.node, rank=a.rank, local_rank=a.local_rank,
+                             local_size=a.local_size, step=a.step, written_at=a.written_at,
+                             received_at=a.seen_at or now, manifest=list(a.manifest), world_size=a.world_size,
+                             independent=bool(a.independent), agreement=a.agreement[:255]))
+        if rows:
+            # The table, not the mapped class: plain Core executemany skips the
+            # ORM bulk machinery (about 3x faster for 1,000 rows).
+            self.s.execute(insert(BarrierAck.__table__), rows)
+        return len(rows)
+
+    def ack_records(self, set_id: int) -> list[AckRecord]:
+        """The set's acknowledgements as the verdict reads them."""
+        return [AckRecord(node=a.node, rank=a.rank, local_rank=a.local_rank, local_size=a.local_size, step=a.step,
+                          written_at=a.written_at, seen_at=a.received_at, manifest=tuple(a.manifest or ()),
+                          world_size=a.world_size, independent=bool(a.independent), agreement=a.agreement or "")
+                for a in self.acks(set_id)]
+
+    def acks(self, set_id: int) -> list[BarrierAck]:
+        return list(self.s.scalars(select(BarrierAck).where(BarrierAck.set_id == set_id)
+                                   .order_by(BarrierAck.node, BarrierAck.rank)))
+
+    def record_parts(self, set_id: int, parts: Sequence[SnapshotRecord]) -> int:
+        """Insert snapshot parts (cut: state CUT; failed: state MISSING with the
+        error) not yet recorded for their volume; one statement. A part
+        already recorded (a rerun) is kept as it is."""
+        have = set(self.s.scalars(select(Snapshot.volume_id).where(Snapshot.set_id == set_id)))
+        now = utcnow()
+        rows = []
+        for p in parts:
+            if p.volume_id in have:
+                continue
+            have.add(p.volume_id)
+            rows.append(dict(set_id=set_id, volume_id=p.volume_id, backend=p.backend, name=p.name, ref=p.ref,
+                             path=p.path, node=p.node, state=p.state, cut_started_at=p.cut_started_at or now,
+                             cut_at=p.cut_at or now, site=p.site, region=p.region, shared_key=p.shared_key,
+                             manifest_ok=p.manifest_ok if p.ok else None, error=p.error[:2000]))
+        if rows:
+            self.s.execute(insert(Snapshot.__table__), rows)
+        return len(rows)
+
+    def snapshots(self, set_id: int, *, include_deleted: bool = False) -> list[Snapshot]:
+        q = select(Snapshot).where(Snapshot.set_id == set_id)
+        if not include_deleted:
+            q = q.where(Snapshot.state != "DELETED")
+        return list(self.s.scalars(q.options(selectinload(Snapshot.volume)).order_by(Snapshot.id)))
+
+    def set_snapshot_state(self, snapshot_id: int, state: str, error: str = "") -> None:
+        self.s.execute(update(Snapshot).where(Snapshot.id == snapshot_id).values(state=state, error=error))
+
+    def snapshot_refs_in_use(self, backend: str, ref: str, *, excluding_set: int) -> int:
+        return self.s.scalar(select(func.count()).select_from(Snapshot).where(
+            Snapshot.backend == backend, Snapshot.ref == ref, Snapshot.set_id != excluding_set,
+            Snapshot.state == "CUT")) or 0
+
+    def count_parts(self, set_id: int) -> int:
+        return self.s.scalar(select(func.count()).select_from(Snapshot).where(Snapshot.set_id == set_id)) or 0
