@@ -195,6 +195,9 @@ class BarrierAck(Base):
     independent: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # "" (no process group), "collective", or "failed: why".
     agreement: Mapped[str255] = mapped_column(default="", server_default="")
+    # When the rank's checkpoint signal reached it (its clock); None: an older
+    # client, or a rank that joined its peers' checkpoint without one.
+    signalled_at: Mapped[utc_opt]
 
     set: Mapped[SnapshotSet] = relationship(back_populates="acks")
 

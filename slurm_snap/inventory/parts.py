@@ -4,6 +4,7 @@ inserts go through Core executemany: a 1,000-node set is one statement per
 table, not 1,000 ORM flushes."""
 from __future__ import annotations
 
+import datetime as dt
 from typing import Sequence
 
 from sqlalchemy import delete, func, insert, select, tuple_, update
@@ -47,7 +48,8 @@ class PartQueries:
             rows.append(dict(set_id=set_id, node=a.node, rank=a.rank, local_rank=a.local_rank,
                              local_size=a.local_size, step=a.step, written_at=a.written_at,
                              received_at=a.seen_at or now, manifest=list(a.manifest), world_size=a.world_size,
-                             independent=bool(a.independent), agreement=a.agreement[:255]))
+                             independent=bool(a.independent), agreement=a.agreement[:255],
+                             signalled_at=a.signalled_at))
         if rows:
             # The table, not the mapped class: plain Core executemany skips the
             # ORM bulk machinery (about 3x faster for 1,000 rows).
@@ -58,8 +60,14 @@ class PartQueries:
         """The set's acknowledgements as the verdict reads them."""
         return [AckRecord(node=a.node, rank=a.rank, local_rank=a.local_rank, local_size=a.local_size, step=a.step,
                           written_at=a.written_at, seen_at=a.received_at, manifest=tuple(a.manifest or ()),
-                          world_size=a.world_size, independent=bool(a.independent), agreement=a.agreement or "")
+                          world_size=a.world_size, independent=bool(a.independent), agreement=a.agreement or "",
+                          signalled_at=a.signalled_at)
                 for a in self.acks(set_id)]
+
+    def first_signalled(self, set_id: int) -> dt.datetime | None:
+        """The earliest moment a rank of the set says its checkpoint signal
+        reached it: the observed request time of a preemption."""
+        return self.s.scalar(select(func.min(BarrierAck.signalled_at)).where(BarrierAck.set_id == set_id))
 
     def acks(self, set_id: int) -> list[BarrierAck]:
         return list(self.s.scalars(select(BarrierAck).where(BarrierAck.set_id == set_id)

@@ -31,7 +31,8 @@ class AckRecord:
     checkpoint independently, so mixed steps are one consistent point.
     `agreement` says how the rank chose its step: "" without a process
     group, "collective" when its peers agreed, "failed: WHY" when the
-    collective failed.
+    collective failed. `signalled_at` is when the rank's own checkpoint
+    signal reached it (None: never, or an older client).
     """
 
     node: str
@@ -45,6 +46,7 @@ class AckRecord:
     world_size: int | None = None
     independent: bool = False
     agreement: str = ""
+    signalled_at: dt.datetime | None = None
 
     @property
     def agreement_failed(self) -> bool:
@@ -126,7 +128,7 @@ def to_json(rec) -> dict:
     return out
 
 
-_TIMES = {"written_at", "seen_at", "cut_started_at", "cut_at"}
+_TIMES = {"written_at", "seen_at", "cut_started_at", "cut_at", "signalled_at"}
 
 
 def from_json(cls, data: dict):

@@ -63,7 +63,8 @@ def as_record(a: Ack, seen: dt.datetime | None) -> AckRecord:
                      written_at=a.written_at, seen_at=seen,
                      manifest=tuple({"path": e.path, "size": e.size, **({"sha256": e.sha256} if e.sha256 else {})}
                                     for e in a.manifest),
-                     world_size=a.world_size, independent=a.independent, agreement=a.agreement)
+                     world_size=a.world_size, independent=a.independent, agreement=a.agreement,
+                     signalled_at=a.signalled_at)
 
 
 class AckCollector:

@@ -30,6 +30,7 @@ import os
 import time
 import typing
 
+from ..client.early import read_decision as read_early_decision
 from ..clock import aware, utcnow
 from ..errors import NotFound
 from ..jobdir import JobDir
@@ -94,7 +95,10 @@ def _open_set(repo, cfg, job, *, preempt_time: dt.datetime | None, now: dt.datet
     st, created = repo.create_set(run, epoch=preempt_epoch(run.restart_count), trigger="preempt",
                                   wanted=_wanted(run), deadline=_deadline(cfg, now), owner=PREEMPT_OWNER,
                                   requested_at=requested)
-    if not created and preempt_time is not None and st.state in S.ACTIVE:
+    if not created and preempt_time is not None and st.state in S.ACTIVE \
+            and repo.first_signalled(st.id) is None:
+        # Slurm's PreemptTime is a guess at the request; once a rank said when
+        # its signal came (cutting() below), the observation stands.
         fields = {}
         if st.requested_at > preempt_time:
             fields["requested_at"] = preempt_time
@@ -138,6 +142,22 @@ def cut_budget(remaining: float) -> float:
     return max(0.5, remaining - min(RECORD_RESERVE, remaining / 4))
 
 
+def early_text(doc: dict, requested_at: dt.datetime | None) -> str:
+    """One line for the set's events: what rank 0 decided about giving the
+    nodes back, and how long after the first rank's signal."""
+    def after(key: str) -> str:
+        at = doc.get(key)
+        if not isinstance(at, (int, float)) or requested_at is None:
+            return ""
+        return f" {at - requested_at.timestamp():.1f} s after the first signal"
+    decision = str(doc.get("decision", "?"))[:20]
+    why = str(doc.get("why", ""))[:300]
+    if decision == "requeued":
+        return (f"released early: every rank acknowledged{after('all_acknowledged_at')}, rank 0 requeued the job"
+                f"{after('at')} ({why})")
+    return f"not released early ({decision}): {why}"
+
+
 class LocalRecorder:
     """The inventory side of a node's Epilog, in this process (the controller,
     or any host whose config names the database). The service runs the same
@@ -160,19 +180,30 @@ class LocalRecorder:
         with self.inv.session() as repo:
             st = repo.get_set(set_id, lock=True)
             repo.record_acks(set_id, [a if isinstance(a, AckRecord) else from_json(AckRecord, a) for a in acks])
+            observed = repo.first_signalled(set_id)
+            if observed is not None and st.state in S.ACTIVE and (st.requested_at != observed
+                                                                  or st.signalled_at != observed):
+                # The request time of a preemption is when the first rank got
+                # the signal, as the ranks observed it, not PreemptTime less
+                # GraceTime less a slack (Slurm shows the kill's time there).
+                repo.update_set(set_id, requested_at=observed, signalled_at=observed)
             if st.state in (S.PENDING, S.QUIESCING):
                 repo.transition(set_id, S.CUTTING, at=self.clock())
             elif st.state != S.CUTTING:
                 return st.state
         return ""
 
-    def record(self, *, set_id: int, job_id: int, node: str, parts: list, preempt_known: bool) -> str:
+    def record(self, *, set_id: int, job_id: int, node: str, parts: list, preempt_known: bool,
+               early: dict | None = None) -> str:
         """Record this node's parts; the Epilog that records the last expected
-        part finalizes, under the set's row lock."""
+        part finalizes, under the set's row lock. `early` is rank 0's
+        early-release decision (client/early.py), from the head node."""
         parts = [p if isinstance(p, SnapshotRecord) else from_json(SnapshotRecord, p) for p in parts]
         with self.inv.session() as repo:
             st = repo.get_set(set_id, lock=True)  # the finalizer's row lock
             repo.record_parts(set_id, parts)
+            if early:
+                repo.event("preempt", early_text(early, st.requested_at), job_id=job_id, set_id=set_id, node=node)
             if st.state != S.CUTTING:
                 return f"set {set_id} became {st.state} while {node} cut; parts recorded"
             have = repo.count_parts(set_id)
@@ -334,8 +365,9 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
         results = cut_all(mine, job_id=job.job_id, set_id=set_id, backend_for=backend_for, entries=entries,
                           clock=clock, budget=budget)
         hook("cut")
+        decided = read_early_decision(dirs, epoch) if node == head else None
         out = rec.record(set_id=set_id, job_id=job.job_id, node=node, parts=[r.record() for r in results],
-                         preempt_known=t_pre is not None)
+                         preempt_known=t_pre is not None, early=decided)
         hook("record")
         return out
     finally:

@@ -45,11 +45,12 @@ class Env:
         return ManifestEntry(path=path, size=size)
 
     def ack(self, node: str, rank: int, epoch: str, *, local_rank: int = 0, local_size: int = 1, step: int = 7,
-            manifest=(), job_id=None, written_at=None, name=None) -> str:
+            manifest=(), job_id=None, written_at=None, name=None, signalled_at=None) -> str:
         os.makedirs(self.ack_dir, exist_ok=True)
         data = build_ack(job_id=str(job_id or self.job_id), epoch=epoch, node=node, rank=rank,
                          local_rank=local_rank, local_size=local_size, step=step,
-                         written_at=written_at or dt.datetime.now(dt.timezone.utc), manifest=manifest)
+                         written_at=written_at or dt.datetime.now(dt.timezone.utc), manifest=manifest,
+                         signalled_at=signalled_at)
         path = os.path.join(self.ack_dir, name or ack_filename(node, rank))
         tmp = path + ".tmp-x"
         with open(tmp, "wb") as f:

@@ -247,3 +247,33 @@ def test_cut_budget_keeps_a_reserve_for_recording():
     assert preempt.cut_budget(20.0) == 17.0
     assert preempt.cut_budget(4.0) == 3.0
     assert preempt.cut_budget(0.2) == 0.5   # never zero: a cut that cannot start still records why
+
+
+def test_the_request_time_is_what_the_ranks_observed_and_early_release_is_recorded(env):
+    """Issue 16: Slurm's PreemptTime is the kill's time in the Epilogs; the
+    set's request time is when the first rank's signal came (acks'
+    signalled_at), and rank 0's early-release decision lands in its events."""
+    import json
+
+    guess = now() - dt.timedelta(seconds=40)         # PreemptTime - GraceTime - slack
+    first, second = now() - dt.timedelta(seconds=5), now() - dt.timedelta(seconds=4)
+    for i, (node, seen) in enumerate(zip(env.nodes, (second, first))):
+        env.ack(node, i, "preempt-0", step=11, manifest=[env.write_checkpoint(node, i, step=11)],
+                signalled_at=seen)
+    decided = {"epoch": "preempt-0", "decision": "requeued", "at": first.timestamp() + 2.0,
+               "all_acknowledged_at": first.timestamp() + 1.5, "why": "preempted at 2026-12-01T10:05:00"}
+    with open(JobDir(env.cfg.paths.barrier_dir, env.job_id).early_path("preempt-0"), "w") as f:
+        json.dump(decided, f)
+    preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), guess.timestamp())
+    preempt.epilog_cut(env.cfg, env.inv, job(env, "n2"), preempt_time=guess.timestamp())
+    preempt.epilog_cut(env.cfg, env.inv, job(env, "n1"), preempt_time=guess.timestamp())
+    st, _parts, acks, events = the_set(env)
+    assert (st.state, st.consistency) == (S.COMPLETE, S.APP), st.reason
+    assert abs((st.requested_at - first).total_seconds()) < 1e-3 and st.signalled_at == st.requested_at
+    assert sorted(a.signalled_at for a in acks) == [first, second]
+    early = [e.message for e in events if e.message.startswith("released early")]
+    assert early == ["released early: every rank acknowledged 1.5 s after the first signal, rank 0 requeued "
+                     "the job 2.0 s after the first signal (preempted at 2026-12-01T10:05:00)"], events
+    # A later hook with Slurm's guess does not move the observed time back.
+    preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), guess.timestamp())
+    assert abs((the_set(env)[0].requested_at - first).total_seconds()) < 1e-3
