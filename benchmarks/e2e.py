@@ -20,7 +20,14 @@ back from the inventory after the set finished, plus slurmctld's log:
 The reference is the application's own share (preemption -> slowest ack):
 the rest is Slurm's and slurm-snap's.
 
-    $SLURM_SNAP_VENV/bin/python benchmarks/e2e.py --cluster STATE [--json OUT]
+Issue 16: all of it at each of --grace (default 10 and 60 s on the low
+partition), with early release (rank 0 requeues once every rank
+acknowledged), and once per GraceTime with it off (train.py
+--no-early-release: the nodes are held to GraceTime's end). Targets:
+preemption -> the preemptor starts within the slowest ack + 3 s, -> the
+set COMPLETE within + 4 s, for both GraceTimes.
+
+    $SLURM_SNAP_VENV/bin/python benchmarks/e2e.py --cluster STATE [--grace 10,60] [--runs 3] [--json OUT]
 """
 from __future__ import annotations
 
@@ -81,15 +88,31 @@ def _set_record(repo, set_id: int):
     return rec, ack_times, cuts
 
 
-def run_preemption(state: str) -> dict:
+def set_grace(cl, seconds: int) -> None:
+    proc = cl.run(["scontrol", "update", "partitionname=low", f"gracetime={seconds}"], timeout=30, host="ctl")
+    if proc.returncode != 0:
+        raise Unavailable(f"cannot set GraceTime {seconds}: {proc.stderr.strip()}")
+
+
+def started_at(cl, job_id: int) -> float | None:
+    job = cl.job(job_id)
+    if job is None or job.state not in ("RUNNING", "COMPLETING", "COMPLETED"):
+        return None
+    return float(job.raw.get("start_time") or 0) or None
+
+
+def run_preemption(state: str, early: bool = True) -> dict:
     """One preemption on the multi-host dev cluster: submitted by the test user on
-    login, the inventory read on ctl (where it lives), slurmctld's log from ctl's tree."""
+    login, the inventory read on ctl (where it lives), slurmctld's log from ctl's tree.
+    `early` False: train.py --no-early-release (the ranks hold the nodes to GraceTime's end)."""
     cl = common.attach_cluster(state)
     out_dir = cl.make_user_dir(f"bench-e2e-{time.monotonic_ns()}")
     out = os.path.join(out_dir, "train-%j.out")
     ctld_log = str(cl.host_dir("ctl") / "log" / "slurmctld.log")
     offset = os.path.getsize(ctld_log)
-    jid = cl.sbatch("-p", "low", "-o", out, f"--export=ALL,TRAIN_PY={TRAIN_PY},SLURM_SNAP_PYTHON={cl.python}",
+    extra = "" if early else ",TRAIN_ARGS=--no-early-release"
+    jid = cl.sbatch("-p", "low", "-o", out,
+                    f"--export=ALL,TRAIN_PY={TRAIN_PY},SLURM_SNAP_PYTHON={cl.python}{extra}",
                     SBATCH, cwd=str(out_dir))
     log = out.replace("%j", str(jid))
     preemptor = None
@@ -103,13 +126,17 @@ def run_preemption(state: str) -> dict:
         t_preempt = time.time()
         preemptor = cl.preempt()
         found = None
-        deadline = time.monotonic() + 180
-        while found is None:
-            found = cl.inventory(_finished_preempt_set, jid)
+        t_started = None
+        deadline = time.monotonic() + 240
+        while found is None or t_started is None:
+            if t_started is None:
+                t_started = started_at(cl, preemptor)
             if found is None:
+                found = cl.inventory(_finished_preempt_set, jid)
+            if found is None or t_started is None:
                 if time.monotonic() > deadline:
-                    raise Unavailable("no finished preemption set within 180 s of preemption; hook log tail: "
-                                      + cl.hook_log()[-600:].replace("\n", " | "))
+                    raise Unavailable(f"within 240 s of preemption: set {found}, preemptor started {t_started}; "
+                                      "hook log tail: " + cl.hook_log()[-600:].replace("\n", " | "))
                 time.sleep(0.2)
         rec, ack_times, cuts = cl.inventory(_set_record, found)
         t_kill = kill_time(ctld_log, offset, jid)
@@ -137,7 +164,8 @@ def run_preemption(state: str) -> dict:
               "acks_written_at": ack_times, "cuts": cuts, "preemptor_submitted": t_preempt,
               "killed_logged": t_kill, "phases_s": phases, "total_s": total, "app_s": app,
               "no_grace_s": total - (t_kill - slowest_ack) if t_kill else None,
-              "grace": cl.env.get("SLURM_SNAP_GRACE", "?")}
+              "grace": cl.env.get("SLURM_SNAP_GRACE", "?"), "early": early,
+              "preemptor_start_s": t_started - t_preempt, "slowest_ack_s": slowest_ack - t_preempt}
     # The nodes must be free before the next run: the preemptor is /bin/true.
     if preemptor:
         cl.wait_state(preemptor, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=120)
@@ -168,28 +196,65 @@ def rows_from(runs: list[dict]) -> list[Row]:
     return rows
 
 
+def release_rows(grace: int, runs: list[dict], reference: list[dict]) -> list[Row]:
+    """Issue 16's targets, medians over the runs: preemption -> preemptor
+    starts within the slowest ack + 3 s, -> set COMPLETE within + 4 s; beside
+    them the same job with early release off (one preemption)."""
+    med = lambda key, rs: statistics.median(r[key] for r in rs) * 1000  # noqa: E731
+    ack = med("slowest_ack_s", runs)
+    labels = sorted({f"{r['set']['state']} {r['set']['consistency']}" for r in runs})
+    rows = []
+    for key, what, limit in (("preemptor_start_s", "preemptor starts", 3000), ("total_s", "set COMPLETE", 4000)):
+        value = med(key, runs)
+        note = f"median of {len(runs)}; sets {', '.join(labels)}"
+        if reference:
+            note += f"; early release off: {med(key, reference) / 1000:.1f} s"
+        rows.append(Row("e2e", f"GraceTime {grace} s: preemption -> {what} (early release)", value, ack, "ms",
+                        "preemption -> slowest ack", "added", f"<= +{limit // 1000} s", value - ack <= limit, note))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.standard_args(ap)
     ap.add_argument("--cluster", metavar="STATE", help="a dev cluster that is up (scripts/dev-cluster up STATE)")
-    ap.add_argument("--runs", type=int, help="preemptions to measure (default 3; --quick 1)")
+    ap.add_argument("--runs", type=int, help="preemptions to measure per GraceTime (default 3; --quick 1)")
+    ap.add_argument("--grace", default="10,60", help="GraceTimes of the low partition to measure (default 10,60)")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="skip the one preemption per GraceTime with early release off")
     args = ap.parse_args(argv)
     rows, unavailable = [], []
     print("end to end: preemption -> set COMPLETE (dev cluster)", flush=True)
     if not args.cluster:
         unavailable.append(("end to end", "no dev cluster (--cluster STATE)"))
     else:
+        cl = common.attach_cluster(args.cluster)
+        graces = [int(g) for g in args.grace.split(",")] if not args.quick else [int(args.grace.split(",")[0])]
         try:
-            runs = []
-            for i in range(args.runs or (1 if args.quick else 3)):
-                runs.append(run_preemption(args.cluster))
-                print(f"  run {i + 1}: {runs[-1]['total_s']:.1f} s, set {runs[-1]['set']['id']} "
-                      f"{runs[-1]['set']['state']}", flush=True)
-            rows = rows_from(runs)
+            for grace in graces:
+                set_grace(cl, grace)
+                runs, reference = [], []
+                for i in range(args.runs or (1 if args.quick else 3)):
+                    runs.append(run_preemption(args.cluster))
+                    runs[-1]["grace"] = grace
+                    print(f"  GraceTime {grace} s, run {i + 1}: COMPLETE at {runs[-1]['total_s']:.1f} s, preemptor "
+                          f"started at {runs[-1]['preemptor_start_s']:.1f} s, set {runs[-1]['set']['id']} "
+                          f"{runs[-1]['set']['state']} {runs[-1]['set']['consistency']}", flush=True)
+                if not args.no_reference and not args.quick:
+                    reference.append(run_preemption(args.cluster, early=False))
+                    reference[-1]["grace"] = grace
+                    print(f"  GraceTime {grace} s, early release off: COMPLETE at {reference[-1]['total_s']:.1f} s, "
+                          f"preemptor started at {reference[-1]['preemptor_start_s']:.1f} s", flush=True)
+                rows += release_rows(grace, runs, reference) + rows_from(runs)
         except Unavailable as exc:
             unavailable.append(("end to end", str(exc)))
         except Exception as exc:  # the protocol or cluster misbehaving is a finding, not a crash
             unavailable.append(("end to end", f"{type(exc).__name__}: {exc}"))
+        finally:
+            try:
+                set_grace(cl, int(cl.env.get("SLURM_SNAP_GRACE", "10")))
+            except Unavailable as exc:
+                unavailable.append(("end to end", str(exc)))
     return common.finish(args.json, rows, unavailable)
 
 

@@ -84,6 +84,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="checkpoint with torch.distributed.checkpoint.async_save")
     parser.add_argument("--sync-agreement", action="store_true",
                         help="agree on the step without overlapping it with the next step")
+    parser.add_argument("--no-early-release", action="store_true",
+                        help="at preemption, keep the nodes until GraceTime ends instead of rank 0 requeueing "
+                             "the job once every rank acknowledged")
     parser.add_argument("--dist-timeout", type=float, default=300.0, help="process group timeout, seconds")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
@@ -315,7 +318,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)  # several ranks share a few cores
     ckpt = snap.Checkpointer(independent=True if args.independent else None,
-                             overlap=not args.sync_agreement)
+                             overlap=not args.sync_agreement,
+                             early_release=False if args.no_early_release else None)
     args.independent = ckpt.independent
     if args.ignore_signal:
         # Keep training through requests without ever acknowledging; SIGTERM
