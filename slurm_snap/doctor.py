@@ -14,6 +14,7 @@ from .config import Config
 from .slurm import clifilter, hooknames
 from .slurm.commands import DEFAULT_SLURM_CONF
 from .slurm.duration import slurm_seconds
+from . import states as S
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,48 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
         out.append(Finding(cfg.timeouts.hook_budget < pet,
                            f"hook budget {cfg.timeouts.hook_budget:g} s is under PrologEpilogTimeout {pet} s",
                            f"lower timeouts.hook_budget in {cfg.path} below {pet} s"))
+    return out
+
+
+# GraceTime must hold the slowest checkpoint seen, with room for the model to
+# grow and for the signal's own delivery: half again plus a fixed margin.
+GRACE_HEADROOM, GRACE_MARGIN = 1.5, 10
+
+
+def suggest_grace(slowest: float) -> int:
+    return int(slowest * GRACE_HEADROOM + 0.999) + GRACE_MARGIN
+
+
+def check_grace_observed(cfg: Config, partitions: list[dict[str, str]],
+                         observed: dict[str, list[tuple[float, str]]], days: int) -> list[Finding]:
+    """Each preempting partition's GraceTime against the checkpoint times its
+    preemptions took (first signal -> last acknowledgement, from the
+    inventory). Too short a GraceTime turns the slow checkpoints into
+    crash-consistent sets; with protocol.early_release a longer one costs
+    nothing for jobs that finish their checkpoint, since they give their
+    nodes back at once."""
+    out: list[Finding] = []
+    for p in partitions:
+        if p.get("PreemptMode", "").upper() not in ("REQUEUE", "CANCEL"):
+            continue
+        name = p.get("PartitionName", "?")
+        grace = slurm_seconds(p.get("GraceTime", "0")) or 0
+        times = observed.get(name, [])
+        if not times:
+            out.append(Finding(True, f"partition {name}: no preemption with acknowledgements in the last "
+                                     f"{days} days; GraceTime {grace} s not yet checked against checkpoints"))
+            continue
+        slowest = max(t for t, _ in times)
+        short = sum(1 for _, label in times if label != S.APP)
+        want = suggest_grace(slowest)
+        seen = (f"slowest checkpoint of {len(times)} preemption(s) in {days} days: {slowest:.1f} s"
+                + (f", {short} not app-consistent" if short else ""))
+        out.append(Finding(grace >= want, f"partition {name}: GraceTime {grace} s holds the observed "
+                                          f"checkpoints ({seen}; suggested at least {want} s)",
+                           f"raise GraceTime of {name} to {want} s (slowest {slowest:.1f} s x {GRACE_HEADROOM:g} "
+                           f"+ {GRACE_MARGIN} s)" + ("; with protocol.early_release the nodes still come back "
+                                                     "as soon as every rank has acknowledged"
+                                                     if cfg.protocol.early_release else "")))
     return out
 
 

@@ -19,7 +19,10 @@ def command(ctx, no_slurm, no_nodes, node):
     """Check Slurm's and slurm-snap's configuration together.
 
     On the controller, node-local volume classes are checked on each node
-    (over SSH), not on the controller's own disk."""
+    (over SSH), not on the controller's own disk, and each preempting
+    partition's GraceTime against the checkpoints its preemptions took in the
+    last 30 days (first signal -> last acknowledgement; suggested: slowest x
+    1.5 + 10 s)."""
     cfg = ctx.config
     findings = []
     if not no_slurm:
@@ -31,6 +34,8 @@ def command(ctx, no_slurm, no_nodes, node):
             # Slurm reads the cli_filter.lua beside slurm.conf.
             path = os.path.join(os.path.dirname(slurm.get("SLURM_CONF", "/etc/slurm/slurm.conf")), "cli_filter.lua")
             findings += doctor.check_cli_filter(cfg, path, _read(path))
+        if not cfg.via_service:
+            findings += _grace_observed(ctx, cfg, parts)
         entry = slurm.get("PrologSlurmctld", "").split()
         if entry and hooknames.entry_point_name("PrologSlurmctld") in entry[0]:
             findings += doctor.check_entry_point(cfg, entry[0], _read(entry[0]))
@@ -51,6 +56,26 @@ def command(ctx, no_slurm, no_nodes, node):
     click.echo(f"{len(findings) - bad} ok, {bad} problem(s)")
     if bad:
         raise click.exceptions.Exit(errors.CONFIG)
+
+
+GRACE_DAYS = 30
+
+
+def _grace_observed(ctx, cfg, parts):
+    """GraceTime against the inventory's recent preemptions; nothing when the
+    inventory cannot be read (check_local reports that on its own line)."""
+    import datetime as dt
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from ..clock import utcnow
+
+    try:
+        with ctx.inventory.session(readonly=True) as repo:
+            observed = repo.preempt_checkpoint_times(utcnow() - dt.timedelta(days=GRACE_DAYS))
+    except (errors.SnapError, SQLAlchemyError):  # check_local reports which, with its fix
+        return []
+    return doctor.check_grace_observed(cfg, parts, observed, GRACE_DAYS)
 
 
 def _run_on_node(cfg):

@@ -133,6 +133,10 @@ class SnapshotSet(Base):
     cut_done_at: Mapped[utc_opt]
     finished_at: Mapped[utc_opt]
     verified_at: Mapped[utc_opt]
+    # A preemption's nodes given back: rank 0's early requeue ("early") or
+    # Slurm's kill at the end of GraceTime ("grace"); None for other triggers.
+    released_at: Mapped[utc_opt]
+    release: Mapped[str] = mapped_column(String(16), default="", server_default="")
     skew_seconds: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     checkpoint_step: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
     manifest_ok: Mapped[Optional[bool]] = mapped_column(nullable=True)

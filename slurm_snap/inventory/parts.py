@@ -69,6 +69,11 @@ class PartQueries:
         reached it: the observed request time of a preemption."""
         return self.s.scalar(select(func.min(BarrierAck.signalled_at)).where(BarrierAck.set_id == set_id))
 
+    def last_acknowledged(self, set_id: int) -> dt.datetime | None:
+        """When the set's last recorded acknowledgement was written (its rank's
+        clock): a preemption's barrier time, which the Epilogs see only later."""
+        return self.s.scalar(select(func.max(BarrierAck.written_at)).where(BarrierAck.set_id == set_id))
+
     def acks(self, set_id: int) -> list[BarrierAck]:
         return list(self.s.scalars(select(BarrierAck).where(BarrierAck.set_id == set_id)
                                    .order_by(BarrierAck.node, BarrierAck.rank)))

@@ -33,7 +33,7 @@ class ReportQueries:
                 SnapshotSet.user_name, JobRun.partition, JobRun.nodes, SnapshotSet.epoch, SnapshotSet.trigger,
                 SnapshotSet.wanted, SnapshotSet.consistency, SnapshotSet.state, SnapshotSet.reason,
                 SnapshotSet.requested_at, SnapshotSet.signalled_at, SnapshotSet.barrier_at,
-                SnapshotSet.cut_started_at, SnapshotSet.cut_done_at, SnapshotSet.finished_at,
+                SnapshotSet.released_at, SnapshotSet.release, SnapshotSet.cut_started_at, SnapshotSet.cut_done_at, SnapshotSet.finished_at,
                 SnapshotSet.verified_at, SnapshotSet.skew_seconds, SnapshotSet.checkpoint_step,
                 SnapshotSet.manifest_ok, SnapshotSet.expected_parts, SnapshotSet.failed_nodes]
         if with_parts:
@@ -133,6 +133,8 @@ class ReportQueries:
             "cut": (SnapshotSet.cut_started_at, SnapshotSet.cut_done_at),
             "finalize": (SnapshotSet.cut_done_at, SnapshotSet.finished_at),
             "total": (SnapshotSet.requested_at, SnapshotSet.finished_at),
+            # A preemption's first signal -> its nodes given back (early or at GraceTime's end).
+            "release": (SnapshotSet.requested_at, SnapshotSet.released_at),
         }
         # One scan for every phase: a difference with a NULL end is NULL, which
         # sum() and count(expr) both skip.
@@ -142,6 +144,21 @@ class ReportQueries:
             cols += [func.sum(diff), func.count(diff)]
         row = self.s.execute(select(*cols).select_from(SnapshotSet)).one()
         return {name: (float(row[2 * i] or 0.0), int(row[2 * i + 1] or 0)) for i, name in enumerate(phases)}
+
+    def preempt_checkpoint_times(self, since: dt.datetime, *, limit: int = 1000) -> dict[str, list[tuple[float, str]]]:
+        """Per partition, each recent preemption's first signal -> last
+        acknowledgement in seconds, with the set's label: what doctor sizes
+        GraceTime from. Newest `limit` preemption sets since `since`."""
+        rows = self.s.execute(select(JobRun.partition, SnapshotSet.requested_at, SnapshotSet.barrier_at,
+                                     SnapshotSet.consistency)
+                              .join(JobRun, JobRun.id == SnapshotSet.job_run_id)
+                              .where(SnapshotSet.trigger == "preempt", SnapshotSet.requested_at >= since,
+                                     SnapshotSet.barrier_at.is_not(None))
+                              .order_by(SnapshotSet.requested_at.desc()).limit(limit))
+        out: dict[str, list[tuple[float, str]]] = {}
+        for part, req, bar, label in rows:
+            out.setdefault(part or "", []).append((max(0.0, (_aware(bar) - _aware(req)).total_seconds()), label))
+        return out
 
     def report_restore_first_step(self) -> tuple[float, int]:
         """Sum and count of time_to_first_step over passed restore drills."""

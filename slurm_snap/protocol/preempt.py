@@ -158,6 +158,18 @@ def early_text(doc: dict, requested_at: dt.datetime | None) -> str:
     return f"not released early ({decision}): {why}"
 
 
+def release_of(early: dict | None, preempt_time: dt.datetime | None) -> tuple[dt.datetime, str] | None:
+    """When and how the preempted job gave its nodes back: rank 0's requeue
+    (client/early.py's decision "requeued"), else Slurm's PreemptTime, which
+    the Epilogs see as the kill at the end of GraceTime."""
+    if early and early.get("decision") == "requeued" and isinstance(early.get("at"), (int, float)) \
+            and not isinstance(early.get("at"), bool):
+        return _as_time(early["at"]), "early"
+    if preempt_time is not None:
+        return preempt_time, "grace"
+    return None
+
+
 class LocalRecorder:
     """The inventory side of a node's Epilog, in this process (the controller,
     or any host whose config names the database). The service runs the same
@@ -187,6 +199,12 @@ class LocalRecorder:
                 # the signal, as the ranks observed it, not PreemptTime less
                 # GraceTime less a slack (Slurm shows the kill's time there).
                 repo.update_set(set_id, requested_at=observed, signalled_at=observed)
+            last = repo.last_acknowledged(set_id)
+            if last is not None and st.state in S.ACTIVE and st.barrier_at != last:
+                # The barrier time of a preemption is the last acknowledgement
+                # as written (each node's Epilog adds its own); with the
+                # request time above it is the checkpoint time GraceTime must hold.
+                repo.update_set(set_id, barrier_at=last)
             if st.state in (S.PENDING, S.QUIESCING):
                 repo.transition(set_id, S.CUTTING, at=self.clock())
             elif st.state != S.CUTTING:
@@ -194,16 +212,24 @@ class LocalRecorder:
         return ""
 
     def record(self, *, set_id: int, job_id: int, node: str, parts: list, preempt_known: bool,
-               early: dict | None = None) -> str:
+               early: dict | None = None, preempt_time: float | None = None) -> str:
         """Record this node's parts; the Epilog that records the last expected
         part finalizes, under the set's row lock. `early` is rank 0's
-        early-release decision (client/early.py), from the head node."""
+        early-release decision (client/early.py), from the head node;
+        `preempt_time` Slurm's PreemptTime as this Epilog saw it."""
         parts = [p if isinstance(p, SnapshotRecord) else from_json(SnapshotRecord, p) for p in parts]
         with self.inv.session() as repo:
             st = repo.get_set(set_id, lock=True)  # the finalizer's row lock
             repo.record_parts(set_id, parts)
             if early:
                 repo.event("preempt", early_text(early, st.requested_at), job_id=job_id, set_id=set_id, node=node)
+            released = release_of(early, _as_time(preempt_time))
+            # Rank 0's requeue, when it happened, is the release; Slurm's kill
+            # at the end of GraceTime only when nothing earlier was recorded
+            # (the head node, which reads rank 0's decision, may record last).
+            if released is not None and (st.release != "early" or released[1] == "early") \
+                    and (st.released_at, st.release) != released:
+                repo.update_set(set_id, released_at=released[0], release=released[1])
             if st.state != S.CUTTING:
                 return f"set {set_id} became {st.state} while {node} cut; parts recorded"
             have = repo.count_parts(set_id)
@@ -367,7 +393,8 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
         hook("cut")
         decided = read_early_decision(dirs, epoch) if node == head else None
         out = rec.record(set_id=set_id, job_id=job.job_id, node=node, parts=[r.record() for r in results],
-                         preempt_known=t_pre is not None, early=decided)
+                         preempt_known=t_pre is not None, early=decided,
+                         preempt_time=t_pre.timestamp() if t_pre else None)
         hook("record")
         return out
     finally:

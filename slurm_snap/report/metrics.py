@@ -4,7 +4,9 @@ Series:
   slurm_snap_sets{state,consistency}                   gauge: sets now in each state/label
   slurm_snap_failures_total{reason}                    counter: failed/partial/rolled-back sets by reason
   slurm_snap_newest_verified_age_seconds{job_id,user}  gauge: the job's RPO; +Inf when it has no verified set
-  slurm_snap_phase_duration_seconds{phase}             summary (_sum/_count): signal, quiesce, cut, finalize, total
+  slurm_snap_phase_duration_seconds{phase}             summary (_sum/_count): signal, quiesce, cut, finalize,
+                                                       total, release (a preemption's signal -> nodes given back;
+                                                       its quiesce is signal -> last acknowledgement)
   slurm_snap_restore_time_to_first_step_seconds        summary (_sum/_count) over passed restore drills
 
 Cardinality: reasons are free text written by the coordinator, so only their
@@ -21,7 +23,7 @@ import os
 from ..errors import BadValueError
 from ..fsio import atomic_write
 
-PHASES = ("signal", "quiesce", "cut", "finalize", "total")
+PHASES = ("signal", "quiesce", "cut", "finalize", "total", "release")
 
 
 def escape_label(value: str) -> str:
@@ -86,7 +88,8 @@ def collect(repo, *, now: dt.datetime, jobs_since: dt.datetime) -> str:
         out.sample("slurm_snap_newest_verified_age_seconds", age, {"job_id": str(job_id), "user": user})
 
     out.family("slurm_snap_phase_duration_seconds", "summary",
-               "Time spent in each phase of a snapshot set (signal, quiesce, cut, finalize, total).")
+               "Time spent in each phase of a snapshot set (signal, quiesce, cut, finalize, total; "
+               "release: a preemption's first signal until its nodes were given back).")
     durations = repo.report_phase_durations()
     for phase in PHASES:
         total, n = durations.get(phase, (0.0, 0))

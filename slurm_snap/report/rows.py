@@ -62,6 +62,7 @@ PHASE_TIMES = (
     ("requested", "requested_at"),
     ("signalled", "signalled_at"),
     ("barrier", "barrier_at"),
+    ("released", "released_at"),
     ("cut_started", "cut_started_at"),
     ("cut_done", "cut_done_at"),
     ("finished", "finished_at"),
@@ -76,7 +77,7 @@ def unprotected_row(run: Mapping[str, Any], refused: list) -> SetRow:
     where = f"{first.node} " if first.node else ""
     reason = (f"prolog refused {len(refused)} of {run['declared']} volumes: {where}{first.path}: {first.why}")
     m = {key: None for key in ("set_id", "epoch", "trigger", "wanted", "requested_at", "signalled_at",
-                               "barrier_at", "cut_started_at", "cut_done_at", "finished_at", "verified_at",
+                               "barrier_at", "released_at", "release", "cut_started_at", "cut_done_at", "finished_at", "verified_at",
                                "skew_seconds", "checkpoint_step", "manifest_ok")}
     m.update(job_id=run["job_id"], restart_count=run["restart_count"], user_name=run["user_name"],
              partition=run["partition"], nodes=run["nodes"], consistency="none", state=UNPROTECTED,

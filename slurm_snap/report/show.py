@@ -8,9 +8,14 @@ from .rows import PHASE_TIMES, seconds
 from .slurmtime import iso_utc
 from .timeline import timeline
 
-_PHASE_LABELS = {"requested": "requested", "signalled": "signalled", "barrier": "barrier",
+_PHASE_LABELS = {"requested": "requested", "signalled": "signalled", "barrier": "barrier", "released": "released",
                  "cut_started": "cut started", "cut_done": "cut done", "finished": "finished",
                  "verified": "verified"}
+
+
+# How a preemption's nodes were given back (snapshot_set.release).
+RELEASE_WORDS = {"early": "early: rank 0 requeued the job once every rank had acknowledged",
+                 "grace": "at the end of GraceTime: Slurm killed the job"}
 
 
 def precise(t: dt.datetime | None, tz: dt.tzinfo | None) -> str:
@@ -81,8 +86,17 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequen
     for name, col in PHASE_TIMES:
         t = getattr(st, col)
         since = seconds(st.requested_at, t)
+        if t is None and name == "released":
+            continue   # only preemptions give nodes back
         out.append(f"  {_PHASE_LABELS[name]:<12} {precise(t, tz):<23}"
-                   + ("" if since is None else f"  +{since:.3f} s"))
+                   + ("" if since is None else f"  +{since:.3f} s")
+                   + (f"  ({RELEASE_WORDS.get(st.release, st.release)})" if name == "released" and st.release else ""))
+    if st.trigger == "preempt" and st.barrier_at is not None:
+        # What a site tunes GraceTime with (doctor suggests one from these).
+        ack = seconds(st.requested_at, st.barrier_at)
+        rel = seconds(st.requested_at, st.released_at)
+        out.append(f"  preemption: last acknowledgement {ack:.1f} s after the first signal"
+                   + ("" if rel is None else f", nodes given back after {rel:.1f} s ({st.release or '?'})"))
 
     out += ["", "Barrier acknowledgements:"]
     if acks:
@@ -177,6 +191,7 @@ def show_doc(st, events: Sequence, *, refused: Sequence = ()) -> dict[str, Any]:
             "user": st.user_name, "partition": run.partition, "nodes": list(run.nodes), "epoch": st.epoch,
             "trigger": st.trigger, "wanted": st.wanted, "consistency": st.consistency, "state": st.state,
             "reason": st.reason, "times": {name: iso_utc(getattr(st, col)) for name, col in PHASE_TIMES},
+            "release": st.release or None,
             "skew_seconds": st.skew_seconds, "checkpoint_step": st.checkpoint_step,
             "manifest_ok": st.manifest_ok, "expected_parts": st.expected_parts,
             "volumes": {"cut": cut_count(st.snapshots), "expected": st.expected_parts},

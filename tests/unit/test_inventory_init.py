@@ -153,3 +153,24 @@ def test_an_empty_server_database_is_not_initialised(tmp_path, capsys):
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         admin.dispose()
+
+
+def test_the_migrations_build_exactly_the_models_schema(tmp_path):
+    """A column added to models.py without a migration (or the reverse) is a
+    schema only fresh test databases have: compare what `db upgrade` builds
+    with the models, as alembic's autogenerate would."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    from slurm_snap.inventory.models import Base
+
+    url = f"sqlite:///{tmp_path}/schema.db"
+    inv = Inventory(url)
+    inv.upgrade()
+    inv.dispose()
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+    engine.dispose()
+    assert diff == []

@@ -27,7 +27,7 @@ slurm_snap_failures_total{reason="zfs"} 1
 slurm_snap_newest_verified_age_seconds{job_id="1001",user="alice"} 10796
 slurm_snap_newest_verified_age_seconds{job_id="1002",user="bob"} 57596
 slurm_snap_newest_verified_age_seconds{job_id="1003",user="carol"} +Inf
-# HELP slurm_snap_phase_duration_seconds Time spent in each phase of a snapshot set (signal, quiesce, cut, finalize, total).
+# HELP slurm_snap_phase_duration_seconds Time spent in each phase of a snapshot set (signal, quiesce, cut, finalize, total; release: a preemption's first signal until its nodes were given back).
 # TYPE slurm_snap_phase_duration_seconds summary
 slurm_snap_phase_duration_seconds_sum{phase="signal"} 5
 slurm_snap_phase_duration_seconds_count{phase="signal"} 5
@@ -39,6 +39,8 @@ slurm_snap_phase_duration_seconds_sum{phase="finalize"} 4
 slurm_snap_phase_duration_seconds_count{phase="finalize"} 4
 slurm_snap_phase_duration_seconds_sum{phase="total"} 81
 slurm_snap_phase_duration_seconds_count{phase="total"} 5
+slurm_snap_phase_duration_seconds_sum{phase="release"} 12
+slurm_snap_phase_duration_seconds_count{phase="release"} 1
 # HELP slurm_snap_restore_time_to_first_step_seconds Seconds from the start of a passed restore drill until training made its first step.
 # TYPE slurm_snap_restore_time_to_first_step_seconds summary
 slurm_snap_restore_time_to_first_step_seconds_sum 60

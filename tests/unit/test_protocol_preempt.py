@@ -74,6 +74,10 @@ def test_mark_then_every_epilog_gives_one_app_consistent_set(env):
     assert sorted((p.node, p.state) for p in parts) == [("", "CUT"), ("n1", "CUT"), ("n2", "CUT")]
     assert len(acks) == 2 and sum("finalized by" in e.message for e in events) == 1
     assert os.path.exists(os.path.join(env.job_dir, "release", "preempt-0"))
+    # What GraceTime is tuned with: the last acknowledgement, and the nodes
+    # given back when Slurm killed the job (no early release here).
+    assert st.barrier_at == max(a.written_at for a in acks)
+    assert (st.release, abs((st.released_at - t_pre).total_seconds()) < 1e-3) == ("grace", True)
 
     # a repeated Epilog (Slurm may run a hook twice) changes nothing
     assert "already COMPLETE" in preempt.epilog_cut(env.cfg, env.inv, job(env, "n1"))
@@ -274,6 +278,13 @@ def test_the_request_time_is_what_the_ranks_observed_and_early_release_is_record
     early = [e.message for e in events if e.message.startswith("released early")]
     assert early == ["released early: every rank acknowledged 1.5 s after the first signal, rank 0 requeued "
                      "the job 2.0 s after the first signal (preempted at 2026-12-01T10:05:00)"], events
+    # n2 recorded Slurm's kill first; the head node's early decision replaces it.
+    assert (st.release, abs((st.released_at - first).total_seconds() - 2.0) < 1e-3) == ("early", True)
+    assert st.barrier_at == max(a.written_at for a in acks)
+    # A repeated non-head Epilog does not turn the early release back into the kill.
+    preempt.LocalRecorder(env.cfg, env.inv).record(set_id=st.id, job_id=env.job_id, node="n2", parts=[],
+                                                   preempt_known=True, preempt_time=guess.timestamp())
+    assert the_set(env)[0].release == "early"
     # A later hook with Slurm's guess does not move the observed time back.
     preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), guess.timestamp())
     assert abs((the_set(env)[0].requested_at - first).total_seconds()) < 1e-3

@@ -162,16 +162,33 @@ def test_json_schema_version_1(seeded):
         "age_seconds": 10796.0, "rpo_seconds": 10796.0, "newest_verified_cut": "2026-11-30T09:00:04Z",
         "sites": ["lab"], "regions": ["eu"]}
     assert first["times"] == {"requested": "2026-11-30T09:00:00Z", "signalled": "2026-11-30T09:00:01Z",
-                              "barrier": "2026-11-30T09:00:03Z", "cut_started": "2026-11-30T09:00:03.500000Z",
+                              "barrier": "2026-11-30T09:00:03Z", "released": None,
+                              "cut_started": "2026-11-30T09:00:03.500000Z",
                               "cut_done": "2026-11-30T09:00:04Z", "finished": "2026-11-30T09:00:05Z",
                               "verified": "2026-11-30T10:00:00Z"}
-    assert first["durations"] == {"signal": 1.0, "quiesce": 2.0, "cut": 0.5, "finalize": 1.0, "total": 5.0}
+    assert first["durations"] == {"signal": 1.0, "quiesce": 2.0, "cut": 0.5, "finalize": 1.0, "total": 5.0,
+                                  "release": None}
+    assert first["release"] is None   # a manual set gives no nodes back
     assert [(p["node"], p["volume_path"], p["backend"], p["cut_at"]) for p in first["snapshots"]] == [
         ("n1", "/scratch/n1/jobs/1001", "btrfs", "2026-11-30T09:00:03.750000Z"),
         ("", "/pfs/jobs/1001", "xfs-reflink", "2026-11-30T09:00:04Z")]
     partial = doc["sets"][1]
     assert (partial["volumes"], partial["rpo_seconds"], partial["age_seconds"]) == (
         {"cut": 1, "expected": 2}, 57596.0, 5396.0)
+
+
+def test_preemption_release_columns_and_json(seeded):
+    """A preemption's nodes-given-back time and how (issue 16), in text and JSON."""
+    out = run(seeded, "-j", "1002", "-S", "2026-11-01", "-o", "JobID,Trigger,Release,ToRelease,Released%20")
+    lines = out.splitlines()
+    assert lines[0].split() == ["JobID", "Trigger", "Release", "ToRelease", "Released"]
+    rows = [ln.split() for ln in lines[2:]]
+    assert ["1002", "preempt", "early", "00:00:12"] == rows[0][:4], out
+    assert rows[1][:2] == ["1002.1", "preempt"] and len(rows[1]) == 2, out   # never released: empty
+    doc = json.loads(run(seeded, "-j", "1002", "-S", "2026-11-01", "--json"))
+    d = doc["sets"][0]
+    assert (d["release"], d["durations"]["release"], d["times"]["released"]) == (
+        "early", 12.0, "2026-11-29T20:00:12Z")
 
 
 def test_rpo_by_user(seeded):

@@ -102,6 +102,8 @@ def seed(url: str) -> dict[str, int]:
                  final=S.COMPLETE, consistency=S.APP, step=600)
         d = _set(repo, r20, v20, epoch="preempt-0", trigger="preempt", requested=at("2026-11-29T20:00:00"),
                  final=S.COMPLETE, consistency=S.APP, verified=at("2026-11-29T21:00:00"), step=100)
+        # D's job gave its nodes back 12 s after the signal: rank 0 requeued it.
+        repo.update_set(d.id, released_at=secs(at("2026-11-29T20:00:00"), 12), release="early")
         c = _set(repo, r21, v21, epoch="preempt-1", trigger="preempt", requested=at("2026-11-30T10:30:00"),
                  final=S.PARTIAL, consistency=S.CRASH, reason="zfs: snapshot failed: pool busy", parts=1,
                  skew=None, step=None)

@@ -123,3 +123,18 @@ def test_rank_ranges():
     assert ranks([3, 0, 1, 2, 6, 8, 9]) == "0-3,6,8-9"
     assert ranks([5]) == "5"
     assert ranks([]) == ""
+
+
+def test_preemption_shows_its_checkpoint_and_release_times(seeded):
+    """Issue 16: the two numbers GraceTime is tuned with, in text and JSON."""
+    d = seeded["ids"]["D"]
+    lines = show(seeded, f"set:{d}").splitlines()
+    released = [ln for ln in lines if ln.startswith("  released ")]
+    assert len(released) == 1 and released[0].endswith(
+        "+12.000 s  (early: rank 0 requeued the job once every rank had acknowledged)"), lines
+    assert "  preemption: last acknowledgement 3.0 s after the first signal, nodes given back after 12.0 s " \
+           "(early)" in lines, lines
+    doc = json.loads(show(seeded, f"set:{d}", "--json"))
+    assert (doc["set"]["release"], doc["set"]["times"]["released"]) == ("early", "2026-11-29T20:00:12Z")
+    # A manual set has no release line at all.
+    assert not [ln for ln in show(seeded, "set:1").splitlines() if ln.startswith("  released")]
