@@ -113,6 +113,7 @@ class SetFilter:
     job_runs: Sequence[tuple[int, int]] = ()
     users: Sequence[str] = ()
     states: Sequence[str] = ()
+    partitions: Sequence[str] = ()
     start: dt.datetime | None = None
     end: dt.datetime | None = None
     limit: int | None = None

@@ -193,7 +193,7 @@ def filter_conds(f: SetFilter, *, job_id=SnapshotSet.job_id, user=SnapshotSet.us
                  at=SnapshotSet.requested_at, state=SnapshotSet.state) -> list:
     """report's filter -> WHERE conditions, on a set's columns by default or on
     a run's (refusals.unprotected_runs: job_id, user_name, created_at and no
-    state); the caller joins JobRun (for restart_count)."""
+    state); the caller joins JobRun (for restart_count and partition)."""
     conds = []
     if f.job_ids or f.job_runs:
         alts = []
@@ -204,6 +204,8 @@ def filter_conds(f: SetFilter, *, job_id=SnapshotSet.job_id, user=SnapshotSet.us
         conds.append(or_(*alts))
     if f.users:
         conds.append(user.in_(list(f.users)))
+    if f.partitions:
+        conds.append(JobRun.partition.in_(list(f.partitions)))
     if f.states and state is not None:
         conds.append(state.in_(list(f.states)))
     if f.start is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import BadValueError
+from ..slurm.hostlist import compress
 from .rows import Env, SetRow
 from .slurmtime import format_elapsed, format_time
 
@@ -104,9 +105,10 @@ _COLUMNS = (
     Column("Reason", 24, LEFT, _str("reason"), "why the set is not fully good"),
     Column("Volumes", 7, RIGHT, _volumes, "parts cut / parts expected (MISSING parts not counted)"),
     Column("Nodes", 5, RIGHT, lambda r, s, e: str(len(r.m["nodes"] or ())), "number of nodes of the run"),
-    Column("NodeList", 16, LEFT, lambda r, s, e: ",".join(r.m["nodes"] or ()), "nodes of the run"),
-    Column("FailedNodes", 16, LEFT, lambda r, s, e: ",".join(r.m["failed_nodes"] or ()),
-           "nodes whose barrier or cut failed"),
+    Column("NodeList", 16, LEFT, lambda r, s, e: compress(r.m["nodes"] or ()),
+           "nodes of the run, as Slurm writes them (n[1-3])"),
+    Column("FailedNodes", 16, LEFT, lambda r, s, e: compress(r.m["failed_nodes"] or ()),
+           "nodes whose barrier or cut failed (n[1-3])"),
     Column("Requested", 19, RIGHT, _t("requested_at"), "time the snapshot was requested"),
     Column("Signalled", 19, RIGHT, _t("signalled_at"), "time the ranks were signalled"),
     Column("Barrier", 19, RIGHT, _t("barrier_at"), "time the last barrier acknowledgement arrived"),

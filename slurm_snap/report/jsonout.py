@@ -87,6 +87,7 @@ def report_doc(rows: list[SetRow], *, now: dt.datetime, f) -> dict[str, Any]:
             "jobs": [str(j) for j in f.job_ids] + [f"{j}.{rc}" for j, rc in f.job_runs],
             "users": list(f.users),
             "states": list(f.states),
+            "partitions": list(f.partitions),
             "start": iso_utc(f.start),
             "end": iso_utc(f.end),
         },

@@ -31,6 +31,7 @@ class Selection:
     end: str | None = None
     states: str | None = None
     all_users: bool = False
+    partitions: str | None = None
 
 
 def parse_jobs(text: str) -> tuple[list[int], list[tuple[int, int]]]:
@@ -61,7 +62,27 @@ def parse_states(text: str) -> list[str]:
 
 
 def parse_users(text: str) -> list[str]:
-    return _items(text, "user list")
+    """Names or numeric UIDs, as sacct -u takes them; a UID becomes its name
+    (sets record the owner's name). A name that is all digits wins over the
+    UID, as Slurm's own lookup does."""
+    import pwd
+
+    out = []
+    for item in _items(text, "user list"):
+        if item.isascii() and item.isdigit():
+            try:
+                pwd.getpwnam(item)
+            except KeyError:
+                try:
+                    item = pwd.getpwuid(int(item)).pw_name
+                except (KeyError, OverflowError):
+                    raise BadValueError(what="user", value=item, why="no user has this UID") from None
+        out.append(item)
+    return out
+
+
+def parse_partitions(text: str) -> list[str]:
+    return _items(text, "partition list")
 
 
 def _items(text: str, what: str) -> list[str]:
@@ -73,9 +94,11 @@ def _items(text: str, what: str) -> list[str]:
 
 def build_filter(sel: Selection, *, cfg, caller: access.Caller, repo, now: dt.datetime,
                  tz: dt.tzinfo | None = None) -> SetFilter:
-    job_ids, job_runs = parse_jobs(sel.jobs) if sel.jobs else ([], [])
-    users = parse_users(sel.users) if sel.users else []
-    states = parse_states(sel.states) if sel.states else []
+    # An option given empty (-j "") is an error naming it, not "no filter".
+    job_ids, job_runs = parse_jobs(sel.jobs) if sel.jobs is not None else ([], [])
+    users = parse_users(sel.users) if sel.users is not None else []
+    states = parse_states(sel.states) if sel.states is not None else []
+    partitions = parse_partitions(sel.partitions) if sel.partitions is not None else []
     operator = access.is_operator(cfg, caller)
     if not operator:
         if sel.all_users:
@@ -95,4 +118,5 @@ def build_filter(sel: Selection, *, cfg, caller: access.Caller, repo, now: dt.da
         start = parse_time("today", now=now, tz=tz)
     if start is not None and end is not None and end < start:
         raise BadValueError(what="end time (-E)", value=sel.end, why=f"is before the start time {sel.start or 'today'}")
-    return SetFilter(job_ids=job_ids, job_runs=job_runs, users=users, states=states, start=start, end=end)
+    return SetFilter(job_ids=job_ids, job_runs=job_runs, users=users, states=states, partitions=partitions,
+                     start=start, end=end)

@@ -21,8 +21,9 @@ def fit(value: str, width: int, align: str) -> str:
 
 
 def render(fields: Sequence[Field], rows: Iterable[Sequence[str]], *, layout: str = FIXED,
-           header: bool = True) -> Iterator[str]:
-    """Lines of the table; `rows` are the already formatted values per field."""
+           header: bool = True, delimiter: str = "|") -> Iterator[str]:
+    """Lines of the table; `rows` are the already formatted values per field;
+    `delimiter` replaces '|' in -p/-P (sacct --delimiter)."""
     names = [f.column.name for f in fields]
     if layout == FIXED:
         if header:
@@ -31,11 +32,11 @@ def render(fields: Sequence[Field], rows: Iterable[Sequence[str]], *, layout: st
         for values in rows:
             yield _fixed(fields, values)
         return
-    end = "|" if layout == PARSABLE else ""
+    end = delimiter if layout == PARSABLE else ""
     if header:
-        yield "|".join(names) + end
+        yield delimiter.join(names) + end
     for values in rows:
-        yield "|".join(values) + end
+        yield delimiter.join(values) + end
 
 
 def _fixed(fields: Sequence[Field], values: Sequence[str]) -> str:

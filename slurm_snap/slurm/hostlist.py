@@ -62,3 +62,64 @@ def _expand_one(item: str, whole: str) -> list[str]:
             for rest in _expand_one(tail, whole) if tail else [""]:
                 out.append(f"{head}{rng}{rest}")
     return out
+
+
+# ---- compression, as Slurm prints node lists ---------------------------------
+# Slurm's hostlist keeps the order it is given: a host joins the previous range
+# when it has the same prefix, the next number and a compatible zero padding;
+# neighbouring ranges with one prefix share one bracket (n[1-3,5],gpu[01-02]).
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def _padding(num: int, width: int) -> int:
+    return max(0, width - len(str(num)))
+
+
+def _same_width(lo: int, width: int, num: int, num_width: int) -> int | None:
+    """The combined width when `num` (written num_width wide) may extend a range
+    that starts at `lo` written `width` wide, else None: 9 and 10 combine (no
+    padding either way), 09 and 10 combine at width 2, 01 and 2 do not."""
+    if width == num_width:
+        return width
+    if _padding(lo, width) != _padding(lo, num_width):
+        return width if _padding(num, num_width) == _padding(num, width) else None
+    return num_width if _padding(lo, width) == _padding(lo, num_width) else None
+
+
+def compress(hosts: list[str] | tuple[str, ...]) -> str:
+    """['n1','n2','n3','gpu01','gpu02'] -> 'n[1-3],gpu[01-02]', as
+    `scontrol show hostlist` prints it (order kept, duplicates kept)."""
+    ranges: list[list] = []   # [prefix, lo, hi, width] or [name, None, None, 0]
+    for host in hosts:
+        m = _NUMBERED.match(host)
+        if not m:
+            ranges.append([host, None, None, 0])
+            continue
+        prefix, digits = m.group(1), m.group(2)
+        num, width = int(digits), len(digits)
+        if ranges:
+            tail = ranges[-1]
+            if tail[1] is not None and tail[0] == prefix and tail[2] + 1 == num:
+                combined = _same_width(tail[1], tail[3], num, width)
+                if combined is not None:
+                    tail[2], tail[3] = num, combined
+                    continue
+        ranges.append([prefix, num, num, width])
+    out, i = [], 0
+    while i < len(ranges):
+        prefix, lo, hi, width = ranges[i]
+        if lo is None:
+            out.append(prefix)
+            i += 1
+            continue
+        group = [ranges[i]]
+        i += 1
+        while i < len(ranges) and ranges[i][1] is not None and ranges[i][0] == prefix:
+            group.append(ranges[i])
+            i += 1
+        nums = [f"{g[1]:0{g[3]}d}" + (f"-{g[2]:0{g[3]}d}" if g[2] > g[1] else "") for g in group]
+        if len(group) == 1 and lo == hi:
+            out.append(prefix + nums[0])
+        else:
+            out.append(f"{prefix}[{','.join(nums)}]")
+    return ",".join(out)

@@ -31,6 +31,12 @@ def _started(cluster, jid: int) -> float | None:
     return float(job.raw.get("start_time") or 0) or None
 
 
+def _release(repo, set_id: int):
+    st = repo.get_set(set_id)
+    return (st.release, st.requested_at.timestamp(), st.barrier_at and st.barrier_at.timestamp(),
+            st.released_at and st.released_at.timestamp())
+
+
 def test_preempted_job_is_released_early_requeued_once_with_one_set_and_resumes(cluster):
     _grace(cluster, GRACE)
     jid = None
@@ -53,6 +59,15 @@ def test_preempted_job_is_released_early_requeued_once_with_one_set_and_resumes(
         decision = json.loads((Path(cluster.env["SLURM_SNAP_PFS"]) / ".slurm-snap" / "barriers" / str(jid) / "ack"
                                / "early-preempt-0.decision").read_text())
         assert decision["decision"] == "requeued", decision
+        # The set says so, with the numbers GraceTime is tuned with: first
+        # signal -> last acknowledgement -> rank 0's requeue, in that order.
+        release, requested, barrier, released = cluster.inventory(_release, set_id)
+        assert release == "early" and requested <= barrier <= released, (requested, barrier, released)
+        assert abs(released - decision["at"]) < 1e-3 and released - requested < GRACE / 2
+        shown = cluster.cli("show", f"set:{set_id}", host="login", user=cluster.user)
+        assert shown.returncode == 0, shown.stderr
+        assert re.search(r"^  preemption: last acknowledgement [\d.]+ s after the first signal, nodes given back "
+                         r"after [\d.]+ s \(early\)$", shown.stdout, re.M), shown.stdout
         # Requeued once (the same job id, restart count 1), and it resumes from the set.
         _wait(lambda: len(re.findall(r"^resumed from step (\d+)", _text(log), re.M)) >= 6, 180,
               lambda: f"the requeued run did not resume:\n{_text(log)[-3000:]}")

@@ -148,7 +148,8 @@ def test_json_schema_version_1(seeded):
     doc = json.loads(run(seeded, "--json"))
     assert doc["version"] == 1
     assert doc["generated_at"] == "2026-11-30T12:00:00Z"
-    assert doc["filter"] == {"jobs": [], "users": [], "states": [], "start": "2026-11-30T00:00:00Z", "end": None}
+    assert doc["filter"] == {"jobs": [], "users": [], "states": [], "partitions": [], "start": "2026-11-30T00:00:00Z",
+                             "end": None}
     assert [s["job"] for s in doc["sets"]] == ["1001", "1002.1", "1001"]
     first = doc["sets"][0]
     assert {k: first[k] for k in ("set_id", "job_id", "restart_count", "user", "partition", "nodes", "epoch",
@@ -323,3 +324,54 @@ def test_show_counts_only_the_parts_that_were_cut(seeded):
     assert "volumes 0/2" in out
     code, out, exc = invoke(show_cmd.command, ["--json", f"set:{set_id}"], seeded["config"], ROOT)
     assert json.loads(out)["set"]["volumes"] == {"cut": 0, "expected": 2}
+
+
+# ---- sacct's habits (issue 18) ------------------------------------------------
+def test_repeated_job_user_and_state_options_accumulate_as_in_sacct(seeded):
+    window = ("-S", "2026-11-01", "-o", "JobID,User,State", "-P", "-n")
+    assert run(seeded, "-j", "1001", "-j", "1003", *window) == run(seeded, "-j", "1001,1003", *window)
+    assert set(run(seeded, "-j", "1001", "-j", "1003", *window).split()) == {
+        "1001|alice|VERIFIED", "1001|alice|COMPLETE", "1003|carol|FAILED"}
+    assert set(run(seeded, "-u", "alice", "-u", "carol", *window).split()) == {
+        "1001|alice|VERIFIED", "1001|alice|COMPLETE", "1003|carol|FAILED"}
+    assert set(run(seeded, "-s", "failed", "-s", "partial", *window).split()) == {
+        "1002.1|bob|PARTIAL", "1003|carol|FAILED"}
+
+
+def test_user_by_uid_and_an_unknown_uid(seeded):
+    import pwd
+
+    me = pwd.getpwuid(0).pw_name
+    doc = json.loads(run(seeded, "-u", "0", "--json"))
+    assert doc["filter"]["users"] == [me] and doc["sets"] == []
+    code, _out, exc = invoke(report_cmd.command, ["-u", "3999999999"], seeded["config"], ROOT)
+    assert code == errors.USAGE and "'3999999999'" in str(exc) and "UID" in str(exc)
+
+
+def test_partition_filter(seeded):
+    window = ("-S", "2026-11-01", "-o", "JobID,Partition", "-P", "-n")
+    assert set(run(seeded, "-r", "cpu", *window).split()) == {"1003|cpu"}
+    assert set(run(seeded, "--partition", "gpu", "-r", "cpu", *window).split()) == {
+        "1001|gpu", "1002|gpu", "1002.1|gpu", "1003|cpu"}
+    assert run(seeded, "-r", "nosuch", *window) == ""
+
+
+def test_allocations_flag_is_accepted_and_changes_nothing(seeded):
+    assert run(seeded, "-X") == DEFAULT
+
+
+def test_delimiter_replaces_the_bar(seeded):
+    assert run(seeded, "-o", "JobID,User", "-P", "-n", "--delimiter", ";;", "-j", "1003") == "1003;;carol\n"
+    assert run(seeded, "-o", "JobID,User", "-p", "--delimiter", ",", "-j", "1003") == "JobID,User,\n1003,carol,\n"
+    code, _out, exc = invoke(report_cmd.command, ["--delimiter", ""], seeded["config"], ROOT)
+    assert code == errors.USAGE and "--delimiter" in str(exc)
+
+
+@pytest.mark.parametrize("opt", ["-j", "-u", "-s", "-r"])
+def test_an_empty_list_is_an_error_not_no_filter(seeded, opt):
+    code, _out, exc = invoke(report_cmd.command, [opt, ""], seeded["config"], ROOT)
+    assert code == errors.USAGE and "empty item" in str(exc)
+
+
+def test_nodelist_is_compressed_as_slurm_writes_it(seeded):
+    assert run(seeded, "-j", "1001", "-o", "JobID,NodeList", "-P", "-n") == "1001|n[1-2]\n1001|n[1-2]\n"
