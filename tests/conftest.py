@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from realcomponents import in_ci, pg_url, require  # noqa: E402,F401
+from realcomponents import in_ci, mariadb_url, pg_url, require  # noqa: E402,F401
 
 
 @pytest.fixture(autouse=True)
@@ -54,13 +54,36 @@ def _reset_pg(url: str) -> None:
     eng.dispose()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def _reset_mariadb(url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(url)
+    with eng.begin() as conn:
+        names = [r[0] for r in conn.execute(text(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"))]
+        conn.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
+        for name in names:
+            conn.execute(text(f"DROP TABLE `{name}`"))
+        conn.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
+    eng.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
 def inventory(request, tmp_path):
-    """A migrated, empty inventory on SQLite and on a real PostgreSQL."""
+    """A migrated, empty inventory on SQLite, a real PostgreSQL and a real MariaDB."""
     from slurm_snap.inventory.repository import Inventory
 
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path}/inventory.db"
+    elif request.param == "mariadb":
+        url = mariadb_url()
+        require(bool(url), "no MariaDB: run scripts/mariadb start /var/tmp/slurm-snap-mariadb --listen 127.0.0.1 "
+                           "--port 3307 or set SLURM_SNAP_TEST_MARIADB_URL")
+        try:
+            _reset_mariadb(url)
+        except Exception as exc:  # server down
+            require(False, f"MariaDB at {url} unreachable: {exc}")
     else:
         url = pg_url()
         require(bool(url), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg "

@@ -39,6 +39,14 @@ def pg_url() -> str | None:
     return f.read_text().strip() if f.exists() else None
 
 
+def mariadb_url() -> str | None:
+    url = os.environ.get("SLURM_SNAP_TEST_MARIADB_URL")
+    if url:
+        return url
+    f = Path("/var/tmp/slurm-snap-mariadb/url")
+    return f.read_text().strip() if f.exists() else None
+
+
 def require_torch() -> None:
     """torch (the `example` extra) is a real component of the client's tests."""
     import importlib.util

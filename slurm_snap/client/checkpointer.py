@@ -31,6 +31,7 @@ from slurm_snap.client import early
 from slurm_snap.client.agree import DEFAULT_TIMEOUT, StepAgreement, distributed
 from slurm_snap.client.marker import mark_first_step
 from slurm_snap.client.signals import SignalFlag, parse_signal
+from slurm_snap.clock import utcnow
 from slurm_snap.errors import BadValueError, NotFound, UsageError
 from slurm_snap.fsio import atomic_write, fsync_path, parent_dirs, sha256_file
 from slurm_snap.jobdir import JobDir, check_name
@@ -356,7 +357,7 @@ class Checkpointer:
         atomic_write(ack_path, build_ack(
             job_id=self.job_id, epoch=epoch, node=self.node, rank=self.rank,
             local_rank=self.local_rank, local_size=self.local_size, step=step,
-            written_at=datetime.now(timezone.utc), manifest=manifest, world_size=self.world_size,
+            written_at=utcnow(), manifest=manifest, world_size=self.world_size,
             independent=self.independent, agreement=self.agreement_state,
             signalled_at=self._signalled_at()))
         self._maybe_release_early(epoch)

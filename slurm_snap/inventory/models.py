@@ -1,7 +1,11 @@
 """Inventory tables: SQLAlchemy 2.0 typed models.
 
-Portable across SQLite, PostgreSQL and MariaDB: no server-specific types or
-defaults; timestamps go through UTCDateTime because SQLite keeps no zone.
+Portable across SQLite, PostgreSQL and MariaDB: no server-specific defaults;
+timestamps go through UTCDateTime because SQLite keeps no zone. MariaDB's
+plain DATETIME keeps whole seconds and its FLOAT is single precision, so
+there (only there) timestamps are DATETIME(6) and seconds DOUBLE (migration
+0007): an acknowledgement written in the request's own second must still
+compare as after it, and a drill's time to first step must read back as written.
 Queries do not live here: see the query modules beside it (repository.py lists them).
 """
 from __future__ import annotations
@@ -11,9 +15,15 @@ from typing import Annotated, Any, Optional
 
 from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text,
                         TypeDecorator, UniqueConstraint, false)
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from ..states import WANT_APP
+
+
+MYSQL_DIALECTS = ("mysql", "mariadb")
+# Seconds as a double everywhere (PostgreSQL's float and SQLite's REAL already are).
+Seconds = Float().with_variant(mysql.DOUBLE(asdecimal=False), *MYSQL_DIALECTS)
 
 
 class UTCDateTime(TypeDecorator):
@@ -22,6 +32,11 @@ class UTCDateTime(TypeDecorator):
 
     impl = DateTime
     cache_ok = True
+
+    def load_dialect_impl(self, dialect):
+        if dialect.name in MYSQL_DIALECTS:
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime())
 
     def process_bind_param(self, value, dialect):
         if value is None:
@@ -137,7 +152,7 @@ class SnapshotSet(Base):
     # Slurm's kill at the end of GraceTime ("grace"); None for other triggers.
     released_at: Mapped[utc_opt]
     release: Mapped[str] = mapped_column(String(16), default="", server_default="")
-    skew_seconds: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    skew_seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
     checkpoint_step: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
     manifest_ok: Mapped[Optional[bool]] = mapped_column(nullable=True)
     expected_parts: Mapped[int] = mapped_column(Integer, default=0)
@@ -218,7 +233,7 @@ class RestoreTest(Base):
     started_at: Mapped[utc]
     finished_at: Mapped[utc_opt]
     first_step: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
-    time_to_first_step: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    time_to_first_step: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     slurm_job_id: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
 

@@ -155,22 +155,34 @@ def test_an_empty_server_database_is_not_initialised(tmp_path, capsys):
         admin.dispose()
 
 
-def test_the_migrations_build_exactly_the_models_schema(tmp_path):
-    """A column added to models.py without a migration (or the reverse) is a
-    schema only fresh test databases have: compare what `db upgrade` builds
-    with the models, as alembic's autogenerate would."""
+def test_the_migrations_build_exactly_the_models_schema(inventory):
+    """A column added to models.py without a migration (or the reverse), or a
+    type a server stores differently (MariaDB's second-precision DATETIME and
+    4-byte FLOAT), is a schema only fresh test databases have: compare what
+    `db upgrade` builds with the models, as alembic's autogenerate would, on
+    every database."""
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
-    from sqlalchemy import create_engine
 
     from slurm_snap.inventory.models import Base
 
-    url = f"sqlite:///{tmp_path}/schema.db"
-    inv = Inventory(url)
-    inv.upgrade()
-    inv.dispose()
-    engine = create_engine(url)
-    with engine.connect() as conn:
+    with inventory.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
-    engine.dispose()
     assert diff == []
+
+
+def test_timestamps_keep_microseconds_and_seconds_are_doubles(inventory):
+    """What the schema comparison cannot see: values read back as written
+    (MariaDB kept 03:47:25 and 2.17629 before migration 0007)."""
+    import datetime as dt
+
+    at = dt.datetime(2026, 12, 2, 3, 47, 25, 909287, tzinfo=dt.timezone.utc)
+    with inventory.session() as repo:
+        run = repo.record_job_run(job_id=7, restart_count=0, user_name="a", uid=1, partition="p", nodes=["n1"])
+        st, _ = repo.create_set(run, epoch="m-1", trigger="manual", wanted="app", deadline=at, owner="t",
+                                requested_at=at)
+        repo.update_set(st.id, skew_seconds=2.176293601999987)
+        set_id = st.id
+    with inventory.session(readonly=True) as repo:
+        st = repo.get_set(set_id)
+        assert (st.requested_at, st.skew_seconds) == (at, 2.176293601999987)
