@@ -123,7 +123,10 @@ def epilogslurmctld_mark(cfg, inventory, job, preempt_time, *, clock=utcnow) -> 
         if st.state == S.PENDING:
             repo.transition(st.id, S.QUIESCING, at=t)
         # Under load the node Epilogs may have opened (even finalized) it first.
-        repo.event("preempt", f"set {st.id} ({st.epoch}) opened at preemption {t:%Y-%m-%dT%H:%M:%SZ}"
+        # t is a lower bound (PreemptTime less GraceTime and a slack): say so;
+        # the ranks' acknowledgements replace it with when the signal came.
+        repo.event("preempt", f"set {st.id} ({st.epoch}) opened at preemption, requested no earlier than "
+                   f"{t:%Y-%m-%dT%H:%M:%SZ}"
                    + ("" if created else f" (already {st.state}: opened by a node Epilog)"),
                    job_id=job.job_id, set_id=st.id)
         return Marked(st.id, created, st.state)
