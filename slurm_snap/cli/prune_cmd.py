@@ -11,8 +11,12 @@ from ..clock import utcnow
 from .context import JobIdType
 
 
-def _fmt_time(t: dt.datetime | None) -> str:
-    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if t else "-"
+def _fmt_time(t: dt.datetime | None, tz: dt.tzinfo | None) -> str:
+    # The rule of every command's text (docs/report.md): local time, as sacct
+    # and report print it, so a set reads the same in prune as in report.
+    from ..report.slurmtime import format_time
+
+    return format_time(t, tz) if t else "-"
 
 
 @click.command("prune")
@@ -44,6 +48,7 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
     from ..slurm.duration import parse_duration
 
     cfg = ctx.config
+    tz = getattr(ctx, "tz", None)  # tests fix the zone; None is the system's
     policy = Policy(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly,
                     keep_within=parse_duration(keep_within) if keep_within else None,
                     keep_verified=keep_verified, force=force)
@@ -80,7 +85,7 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
             verb = d.action if apply_ or d.action == "keep" else "would delete"
             if apply_ and d.delete:
                 verb = "FAILED" if d.set_id in result.failed else "deleted"
-            click.echo(f"  {verb:<12} set {st.id:<6} {_fmt_time(st.cut_done_at or st.requested_at)} "
+            click.echo(f"  {verb:<12} set {st.id:<6} {_fmt_time(st.cut_done_at or st.requested_at, tz)} "
                        f"{st.state:<14} {st.consistency:<16} {'; '.join(d.reasons)}")
         n = sum(1 for d in decisions if d.delete)
         if not apply_:

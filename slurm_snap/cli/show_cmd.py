@@ -7,6 +7,7 @@ import click
 
 from .. import access
 from ..errors import BadValueError, NotFound, UsageError
+from ..report.selection import refuse_array_or_het
 from ..slurm.jobenv import MAX_ID
 from .report_cmd import caller_and_clock
 
@@ -24,6 +25,7 @@ def parse_target(target: str | None, set_id: int | None) -> tuple[str, int, int 
             raise BadValueError(what="set", value=target, why="expected set:ID with a numeric ID")
         return "set", int(num), None
     head, dot, tail = text.partition(".")
+    refuse_array_or_het(target, head, what="job")
     if not (text.isascii() and head.isdigit()) or (dot and not tail.isdigit()) \
             or int(head) > MAX_ID or (dot and int(tail) > MAX_ID):
         raise BadValueError(what="job", value=target, why="expected JOBID, JOBID.RESTART or set:ID")

@@ -142,6 +142,11 @@ COLUMNS = {c.name.lower(): c for c in _COLUMNS}
 
 DEFAULT_FORMAT = "JobID,User,State,Consistency,Cut,Age,Verified,RPO"
 DEFAULT_SNAPSHOT_FORMAT = "JobID,SetID,State,Node,Volume,Backend,Cut,Site,Region"
+# -l/--long: what an admin reads when a set is not what it should be (sacct's
+# -l is its resource-usage columns, which sets do not have).
+LONG_FORMAT = ("JobID,SetID,User,Partition,Trigger,State,Consistency,Reason,Volumes,NodeList,FailedNodes,"
+               "Requested,Cut,Verified,Duration,Quiesce,CutTime,Skew,Step,Manifest,Age,RPO")
+LONG_SNAPSHOT_FORMAT = "JobID,SetID,State,Node,Volume,Class,Backend,SnapName,SnapState,Cut,Manifest,Site,Region"
 
 _ITEM = re.compile(r"([A-Za-z][A-Za-z0-9_]*)(?:%(-?\d+))?")
 

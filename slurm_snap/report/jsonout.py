@@ -15,6 +15,17 @@ from .slurmtime import iso_utc
 VERSION = 1
 
 
+def envelope(command: str) -> dict[str, Any]:
+    """sacct --json opens with {"meta": {plugin, Slurm version}, "errors": [],
+    then the records}; slurm-snap's documents open the same way. `errors` is
+    always empty when a document is printed at all: an error exits non-zero
+    with a message on stderr instead (docs/report.md)."""
+    from .. import __version__
+
+    return {"meta": {"slurm_snap": {"version": __version__}, "command": command, "json_version": VERSION},
+            "errors": []}
+
+
 def _run_fields(r: SetRow) -> dict[str, Any]:
     """The job run a row is about, the same in a set's document and an unprotected run's."""
     m = r.m
@@ -81,6 +92,7 @@ def snapshot_doc(s) -> dict[str, Any]:
 
 def report_doc(rows: list[SetRow], *, now: dt.datetime, f) -> dict[str, Any]:
     return {
+        **envelope("report"),
         "version": VERSION,
         "generated_at": iso_utc(now),
         "filter": {

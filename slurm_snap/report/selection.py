@@ -20,6 +20,7 @@ from .. import access
 from ..errors import BadValueError, PermissionDenied
 from ..inventory.repository import SetFilter
 from .. import states as S
+from ..slurm.jobenv import MAX_ID
 from .slurmtime import parse_time
 
 
@@ -39,13 +40,27 @@ def parse_jobs(text: str) -> tuple[list[int], list[tuple[int, int]]]:
     ids, runs = [], []
     for item in _items(text, "job list"):
         head, dot, tail = item.partition(".")
-        if not head.isdigit() or (dot and not tail.isdigit()):
+        refuse_array_or_het(item, head)
+        if not (head.isascii() and head.isdigit()) or (dot and not (tail.isascii() and tail.isdigit())):
             raise BadValueError(what="job id", value=item, why="expected JOBID or JOBID.RESTART")
+        if int(head) > MAX_ID or (dot and int(tail) > MAX_ID):
+            raise BadValueError(what="job id", value=item, why=f"larger than Slurm's largest id {MAX_ID}")
         if dot:
             runs.append((int(head), int(tail)))
         else:
             ids.append(int(head))
     return ids, runs
+
+
+def refuse_array_or_het(item: str, head: str, what: str = "job id") -> None:
+    """sacct's ARRAYJOB_TASK and HETJOB+COMPONENT have no meaning here: every
+    array task and het component runs its own Prolog under its own
+    SLURM_JOB_ID, which is what slurm-snap records it by."""
+    if "_" in head or "+" in head:
+        kind = "array task" if "_" in head else "heterogeneous job component"
+        raise BadValueError(what=what, value=item,
+                            why=f"slurm-snap records each {kind} under its own job id (its SLURM_JOB_ID, "
+                                "which squeue and sacct print as JobIDRaw): pass that id")
 
 
 def parse_states(text: str) -> list[str]:
@@ -112,10 +127,12 @@ def build_filter(sel: Selection, *, cfg, caller: access.Caller, repo, now: dt.da
     elif not users and not sel.all_users and not (job_ids or job_runs):
         if not (caller.uid == 0 and not caller.via_sudo):
             users = [caller.name]
-    start = parse_time(sel.start, now=now, tz=tz, what="start time (-S)") if sel.start else None
-    end = parse_time(sel.end, now=now, tz=tz, what="end time (-E)") if sel.end else None
+    # past=True is what sacct passes for -S and -E. An empty -S is refused
+    # (libslurm's "no time"), not read as "no bound".
+    start = parse_time(sel.start, now=now, tz=tz, what="start time (-S)", past=True) if sel.start is not None else None
+    end = parse_time(sel.end, now=now, tz=tz, what="end time (-E)", past=True) if sel.end is not None else None
     if start is None and not (job_ids or job_runs):
-        start = parse_time("today", now=now, tz=tz)
+        start = parse_time("today", now=now, tz=tz, past=True)
     if start is not None and end is not None and end < start:
         raise BadValueError(what="end time (-E)", value=sel.end, why=f"is before the start time {sel.start or 'today'}")
     return SetFilter(job_ids=job_ids, job_runs=job_runs, users=users, states=states, partitions=partitions,

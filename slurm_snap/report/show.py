@@ -5,6 +5,7 @@ import datetime as dt
 from typing import Any, Sequence
 
 from .rows import PHASE_TIMES, seconds
+from .jsonout import envelope
 from .slurmtime import iso_utc
 from .timeline import timeline
 
@@ -169,6 +170,7 @@ def render_job(run, volumes: Sequence, refused: Sequence, events: Sequence, *,
 def job_doc(run, volumes: Sequence, refused: Sequence, events: Sequence) -> dict[str, Any]:
     """show --json of a run without a set: "set" is null."""
     return {
+        **envelope("show"),
         "version": 1,
         "job": {"job": run.label, "job_id": run.job_id, "restart_count": run.restart_count,
                 "user": run.user_name, "partition": run.partition, "nodes": list(run.nodes),
@@ -185,6 +187,7 @@ def show_doc(st, events: Sequence, *, refused: Sequence = ()) -> dict[str, Any]:
     """show --json: the set's report document plus acks, parts, drills and events (version 1)."""
     run = st.job_run
     return {
+        **envelope("show"),
         "version": 1,
         "set": {
             "set_id": st.id, "job": run.label, "job_id": st.job_id, "restart_count": run.restart_count,

@@ -258,3 +258,29 @@ def test_cli_non_operator_cannot_prune_other_users(cli_world, capsys, monkeypatc
     monkeypatch.setenv("SUDO_UID", "65534")
     code = main(["--config", str(w.base / "slurm-snap.toml"), "prune", "--keep-last", "1", "--user", "root"])
     assert code == errors.PERMISSION
+
+
+def test_cli_text_prints_local_time_as_report_does(cli_world):
+    """One zone rule for every command's text: prune shows a set's time as
+    report does (local, sacct's format), where it used to print UTC."""
+    from zoneinfo import ZoneInfo
+
+    from click.testing import CliRunner
+
+    from slurm_snap.cli import prune_cmd
+    from slurm_snap.cli.context import Ctx
+    from slurm_snap.report.slurmtime import format_time
+
+    w, inv = cli_world
+    ids = history(inv, w, n=2)
+    ctx = Ctx(config_path=str(w.base / "slurm-snap.toml"))
+    ctx.tz = ZoneInfo("Europe/Berlin")
+    result = CliRunner().invoke(prune_cmd.command, ["--keep-last", "1"], obj=ctx)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    # the sets were cut at 12:00:01 and 13:00:01 UTC: 13:00:01 and 14:00:01 in Berlin
+    assert lines[1].split()[:5] == ["would", "delete", "set", str(ids[0]), "2026-11-30T13:00:01"]
+    assert lines[2].split()[:4] == ["keep", "set", str(ids[1]), "2026-11-30T14:00:01"]
+    assert "Z " not in result.output
+    # the same instant as report's Cut column prints it in that zone
+    assert format_time(T0 + dt.timedelta(seconds=1), ctx.tz) == "2026-11-30T13:00:01"
