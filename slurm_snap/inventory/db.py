@@ -77,9 +77,17 @@ def make_engine(url: str, *, busy_timeout: float = 30.0, create: bool = False) -
         raise InventoryError(url=url, why="not a database URL") from None
     if u.get_backend_name() == "sqlite":
         return _sqlite_engine(url, u.database or ":memory:", busy_timeout, create)
+    extra = {}
+    if u.get_backend_name() in ("mysql", "mariadb"):
+        # InnoDB's default REPEATABLE READ reads every SELECT of a transaction
+        # from its first snapshot: a node Epilog whose insert of the preemption
+        # set lost the race to EpilogSlurmctld's then could not see the winner's
+        # row (seen on the dev cluster: "internal error in preempt-open").
+        # READ COMMITTED is PostgreSQL's default: one semantics on both servers.
+        extra["isolation_level"] = "READ COMMITTED"
     try:
         return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4,
-                             connect_args=_server_connect_args(u))
+                             connect_args=_server_connect_args(u), **extra)
     except (NoSuchModuleError, ModuleNotFoundError) as exc:
         raise InventoryError(url=_redact(url), why=f"database driver missing ({exc})") from None
 

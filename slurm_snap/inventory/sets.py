@@ -54,9 +54,12 @@ class SetQueries:
             with self.s.begin_nested():
                 self.s.add(st)
         except IntegrityError:
-            # Another node's hook created it between our select and insert.
+            # Another node's hook created it between our select and insert;
+            # its transaction has committed (our insert waited on its key).
             found = self.s.scalar(select(SnapshotSet).where(SnapshotSet.job_run_id == run.id,
                                                             SnapshotSet.epoch == epoch))
+            if found is None:
+                raise
             return found, False
         return st, True
 

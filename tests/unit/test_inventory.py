@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from slurm_snap import errors
+from slurm_snap.inventory.models import JobRun
 from slurm_snap.inventory.repository import AckRecord, Inventory, SetFilter, SnapshotRecord, VolumeSpec
 from slurm_snap import states as S
 from inventory_helpers import sets_of_job
@@ -100,6 +101,40 @@ def test_create_set_idempotent_per_epoch(inventory):
         a, c1 = repo.create_set(run, epoch="preempt-0", trigger="preempt")
         b, c2 = repo.create_set(run, epoch="preempt-0", trigger="preempt")
         assert c1 and not c2 and a.id == b.id
+
+
+def test_create_set_finds_the_set_another_transaction_committed_meanwhile(inventory):
+    """EpilogSlurmctld and the node Epilogs open one preemption set at once.
+    A transaction that read before the winner committed must still land in
+    the winner's set (MariaDB's REPEATABLE READ kept it reading its first
+    snapshot: the loser's re-select found nothing)."""
+    with inventory.session() as repo:
+        run_id = _job(repo)[0].id
+    looked, committed, out = threading.Event(), threading.Event(), {}
+
+    def loser():
+        try:
+            with inventory.session() as repo:
+                repo.acks(0)                 # the transaction has read: its snapshot exists
+                looked.set()
+                committed.wait(10)
+                st, created = repo.create_set(repo.s.get(JobRun, run_id), epoch="preempt-0", trigger="preempt")
+                out["got"] = (st.id, created)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            out["error"] = repr(exc)
+        finally:
+            looked.set()
+
+    t = threading.Thread(target=loser)
+    with inventory.session() as repo:
+        won, created = repo.create_set(repo.s.get(JobRun, run_id), epoch="preempt-0", trigger="preempt")
+        won_id = won.id
+        t.start()
+        # SQLite serializes writers (the loser waits to begin): nothing to wait for there.
+        looked.wait(2)
+    committed.set()
+    t.join(30)
+    assert created and out == {"got": (won_id, False)}, out
 
 
 def test_acks_snapshots_and_queries(inventory):
