@@ -20,7 +20,8 @@ def command():
 @click.option("--config", "path", metavar="PATH", help="File to check (overrides the global --config).")
 @click.option("--json", "as_json", is_flag=True, help="Print the effective configuration as JSON.")
 @click.option("--tools/--no-tools", default=False,
-              help="Also build every volume class's backend, which checks that its tools exist.")
+              help="Also build the volume classes' backends, which checks that their tools exist (here, or over "
+                   "SSH on a shared class's host); node-local classes over SSH are left to `doctor` on each node.")
 @click.pass_obj
 def check(ctx, path, as_json, tools):
     """Validate the configuration; print the effective values."""
@@ -38,7 +39,21 @@ def check(ctx, path, as_json, tools):
         from ..backends.factory import backend_for_class
 
         for vc in cfg.volume_classes:
-            backend_for_class(cfg, vc, node=None)
+            if vc.scope == "node-local" and vc.transport == "ssh":
+                # Its tools are on each compute node: which ones are known
+                # only to Slurm, and `doctor` on the controller checks each.
+                click.echo(f"# volume class {vc.name}: node-local over SSH, checked on each node by "
+                           "`slurm-snap doctor`")
+                continue
+            try:
+                backend_for_class(cfg, vc, node=None)
+            except errors.SnapError as exc:
+                where = f" over SSH on {vc.host}" if vc.transport == "ssh" and vc.host else ""
+                # Same error, same exit code, but naming the class and host it was about.
+                exc.message = f"volume class {vc.name!r}{where}: {exc.message}"
+                raise
+            click.echo(f"# volume class {vc.name}: backend {vc.backend} tools present"
+                       + (f" on {vc.host} (SSH)" if vc.transport == "ssh" and vc.host else ""))
     data = config_mod.as_dict(cfg)
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=True))
