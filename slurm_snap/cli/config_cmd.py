@@ -1,6 +1,7 @@
 """`slurm-snap config check`: validate the file and print the effective configuration;
 `slurm-snap config get KEY`: one effective value, for install scripts;
-`slurm-snap config cli-filter TEMPLATE`: cli_filter.lua with the configured signal."""
+`slurm-snap config cli-filter TEMPLATE`: cli_filter.lua with the configured signal;
+`slurm-snap config man`: the man page, from the CLI's own definitions."""
 from __future__ import annotations
 
 import json
@@ -100,3 +101,13 @@ def cli_filter(ctx, template):
     from ..slurm import clifilter
 
     click.echo(clifilter.render(template.read(), config_mod.load(ctx.config_path)), nl=False)
+
+
+@command.command("man")
+def man():
+    """Print slurm-snap(1) in roff, generated from the commands' own
+    definitions (install: `slurm-snap config man > /usr/local/share/man/man1/slurm-snap.1`)."""
+    from . import cli
+    from .manpage import render
+
+    click.echo(render(cli), nl=False)
