@@ -1,8 +1,9 @@
 """What etc/ ships for monitoring: Prometheus alert rules, the Grafana
 dashboard and the systemd timer that writes the textfile.
 
-promtool (Debian's `prometheus`, installed by scripts/lib-packages.sh) is a
-real component: missing in CI is a failure, locally a skip that says why.
+promtool (Debian's `prometheus`, which scripts/test installs: TEST_PACKAGES in
+scripts/lib-packages.sh) is a real component: missing in CI is a failure,
+locally a skip that says why.
 """
 from __future__ import annotations
 
