@@ -43,8 +43,9 @@ def check(ctx, path, as_json, tools):
             if vc.scope == "node-local" and vc.transport == "ssh":
                 # Its tools are on each compute node: which ones are known
                 # only to Slurm, and `doctor` on the controller checks each.
+                # With --json, stdout is the document alone.
                 click.echo(f"# volume class {vc.name}: node-local over SSH, checked on each node by "
-                           "`slurm-snap doctor`")
+                           "`slurm-snap doctor`", err=as_json)
                 continue
             try:
                 backend_for_class(cfg, vc, node=None)
@@ -54,7 +55,7 @@ def check(ctx, path, as_json, tools):
                 exc.message = f"volume class {vc.name!r}{where}: {exc.message}"
                 raise
             click.echo(f"# volume class {vc.name}: backend {vc.backend} tools present"
-                       + (f" on {vc.host} (SSH)" if vc.transport == "ssh" and vc.host else ""))
+                       + (f" on {vc.host} (SSH)" if vc.transport == "ssh" and vc.host else ""), err=as_json)
     data = config_mod.as_dict(cfg)
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=True))

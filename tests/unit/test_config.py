@@ -219,3 +219,15 @@ def test_example_without_the_lustre_class_passes_the_tools_check(tmp_path, capsy
     p.write_text(text[:cut])
     assert main(["config", "check", "--tools", "--config", str(p)]) == 0
     assert "# volume class scratch: node-local over SSH" in capsys.readouterr().out
+
+
+def test_tools_check_with_json_keeps_stdout_the_document(tmp_path, capsys):
+    import json
+
+    text = open(ROOT_EXAMPLE).read()
+    p = tmp_path / "slurm-snap.toml"
+    p.write_text(text[:text.rindex("[[volume_class]]")])
+    assert main(["config", "check", "--tools", "--json", "--config", str(p)]) == 0
+    cap = capsys.readouterr()
+    assert [vc["name"] for vc in json.loads(cap.out)["volume_class"]] == ["scratch"]
+    assert "# volume class scratch: node-local over SSH" in cap.err
