@@ -3,6 +3,12 @@
 DEV_PACKAGES="slurm-wlm slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
 btrfs-progs xfsprogs openssh-server build-essential lua5.3 sudo python3 python3-venv
 iproute2 util-linux"
+# What only the tests use (scripts/test passes these to ensure_packages):
+# prometheus for promtool, which checks the metrics' exposition and
+# etc/prometheus's alert rules (tests/unit/test_ops_artefacts.py; its daemon
+# is not started: policy-rc.d below); groff-base and man-db render the man
+# page (tests/unit/test_manpage_completion.py).
+TEST_PACKAGES="prometheus groff-base man-db"
 # The one place that names the venv the hooks, the SPANK plugin's helper=,
 # tests, the demo and benchmarks run. Two developers (or a developer and CI) on
 # one machine each set their own, so one's reinstall cannot break the other's

@@ -197,6 +197,13 @@ def check_local(cfg: Config, *, node: str | None = None, node_local: bool = True
     for vc in cfg.volume_classes:
         if vc.scope == "node-local" and not node_local:
             continue
+        if vc.scope == "shared" and vc.transport == "ssh":
+            # Its tools run on vc.host (a Lustre MGS, a GPFS manager), driven
+            # from the controller: checking this host's PATH would say
+            # nothing about them. A node's doctor leaves it to the controller's.
+            if node is None:
+                out.extend(check_shared_over_ssh(cfg, vc))
+            continue
         try:
             backend = backend_for_class(cfg, vc, None, local=True)
             out.append(Finding(True, f"volume class {vc.name}: backend {vc.backend} tools present"))
@@ -211,6 +218,32 @@ def check_local(cfg: Config, *, node: str | None = None, node_local: bool = True
     out.append(Finding(os.path.isdir(bd), f"barrier directory {bd} exists",
                        f"create {bd} on a filesystem every node mounts"))
     return out
+
+
+def check_shared_over_ssh(cfg: Config, vc) -> list[Finding]:
+    """A shared class whose tools run on another host: build its backend over
+    SSH (host key verified), which runs the tool check there, then check the
+    prefix's filesystem there."""
+    from .backends.factory import backend_for_class
+    from .errors import SnapError
+
+    where = vc.host or "its host"
+    try:
+        backend = backend_for_class(cfg, vc, None)
+    except SnapError as exc:
+        return [Finding(False, f"volume class {vc.name} over SSH on {where}: {exc}",
+                        f"check {where}'s sshd, its host key in {cfg.ssh.known_hosts} and the tool there, "
+                        f"or fix volume_class {vc.name!r}")]
+    return [Finding(True, f"volume class {vc.name} over SSH on {where}: backend {vc.backend} tools present")
+            ] + check_fs_type(vc, backend, vc.prefix, where=where)
+
+
+def slurm_unreachable(exc: Exception) -> Finding:
+    """What doctor says instead of the Slurm checks when scontrol cannot ask
+    slurmctld: the other checks still run and print."""
+    return Finding(False, f"Slurm unreachable: {exc}",
+                   "start slurmctld (and munged) on the controller, or point SLURM_CONF / [slurm] conf at its "
+                   "slurm.conf; `slurm-snap doctor --no-slurm` checks slurm-snap's side alone")
 
 
 class _Done(Exception):

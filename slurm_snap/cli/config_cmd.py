@@ -1,6 +1,7 @@
 """`slurm-snap config check`: validate the file and print the effective configuration;
 `slurm-snap config get KEY`: one effective value, for install scripts;
-`slurm-snap config cli-filter TEMPLATE`: cli_filter.lua with the configured signal."""
+`slurm-snap config cli-filter TEMPLATE`: cli_filter.lua with the configured signal;
+`slurm-snap config man`: the man page, from the CLI's own definitions."""
 from __future__ import annotations
 
 import json
@@ -20,7 +21,8 @@ def command():
 @click.option("--config", "path", metavar="PATH", help="File to check (overrides the global --config).")
 @click.option("--json", "as_json", is_flag=True, help="Print the effective configuration as JSON.")
 @click.option("--tools/--no-tools", default=False,
-              help="Also build every volume class's backend, which checks that its tools exist.")
+              help="Also build the volume classes' backends, which checks that their tools exist (here, or over "
+                   "SSH on a shared class's host); node-local classes over SSH are left to `doctor` on each node.")
 @click.pass_obj
 def check(ctx, path, as_json, tools):
     """Validate the configuration; print the effective values."""
@@ -38,7 +40,22 @@ def check(ctx, path, as_json, tools):
         from ..backends.factory import backend_for_class
 
         for vc in cfg.volume_classes:
-            backend_for_class(cfg, vc, node=None)
+            if vc.scope == "node-local" and vc.transport == "ssh":
+                # Its tools are on each compute node: which ones are known
+                # only to Slurm, and `doctor` on the controller checks each.
+                # With --json, stdout is the document alone.
+                click.echo(f"# volume class {vc.name}: node-local over SSH, checked on each node by "
+                           "`slurm-snap doctor`", err=as_json)
+                continue
+            try:
+                backend_for_class(cfg, vc, node=None)
+            except errors.SnapError as exc:
+                where = f" over SSH on {vc.host}" if vc.transport == "ssh" and vc.host else ""
+                # Same error, same exit code, but naming the class and host it was about.
+                exc.message = f"volume class {vc.name!r}{where}: {exc.message}"
+                raise
+            click.echo(f"# volume class {vc.name}: backend {vc.backend} tools present"
+                       + (f" on {vc.host} (SSH)" if vc.transport == "ssh" and vc.host else ""), err=as_json)
     data = config_mod.as_dict(cfg)
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=True))
@@ -85,3 +102,13 @@ def cli_filter(ctx, template):
     from ..slurm import clifilter
 
     click.echo(clifilter.render(template.read(), config_mod.load(ctx.config_path)), nl=False)
+
+
+@command.command("man")
+def man():
+    """Print slurm-snap(1) in roff, generated from the commands' own
+    definitions (install: `slurm-snap config man > /usr/local/share/man/man1/slurm-snap.1`)."""
+    from . import cli
+    from .manpage import render
+
+    click.echo(render(cli), nl=False)

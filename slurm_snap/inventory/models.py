@@ -244,7 +244,8 @@ class Event(Base):
     """Append-only log: hook failures, phase changes, repairs."""
 
     __tablename__ = "event"
-    __table_args__ = (Index("ix_event_job", "job_id"),)
+    # ix_event_kind: metrics count hook failures on every run (migration 0008).
+    __table_args__ = (Index("ix_event_job", "job_id"), Index("ix_event_kind", "kind"))
 
     id: Mapped[intpk]
     at: Mapped[utc]
@@ -254,3 +255,15 @@ class Event(Base):
     kind: Mapped[str64]
     level: Mapped[str] = mapped_column(String(8), default="info")
     message: Mapped[str] = mapped_column(Text, default="")
+
+
+class FailureCount(Base):
+    """How many times sets went into a failure state for a class of reason:
+    only ever incremented (inventory/failures.py), so metrics can export it
+    as a Prometheus counter."""
+
+    __tablename__ = "failure_count"
+
+    state: Mapped[str] = mapped_column(String(16), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(64), primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -172,13 +172,6 @@ class ReportQueries:
                               .group_by(SnapshotSet.state, SnapshotSet.consistency))
         return [(a, b, n) for a, b, n in rows]
 
-    def failure_reasons(self) -> list[tuple[str, int]]:
-        rows = self.s.execute(select(SnapshotSet.reason, func.count())
-                              .where(SnapshotSet.state.in_((S.FAILED, S.PARTIAL, S.FAILED_RESTORE, S.ROLLED_BACK)))
-                              .group_by(SnapshotSet.reason))
-        return [(r or "unknown", n) for r, n in rows]
-
-
 def _aware(t):
     if isinstance(t, str):  # SQLite aggregate bypasses the TypeDecorator
         t = dt.datetime.fromisoformat(t)

@@ -8,6 +8,7 @@ writes SQL or builds a select. Callers get a Repository inside
   parts.py     acknowledgements and parts    (barrier, cut, verdict, prune)
   drills.py    restore drills                (restore-test)
   events.py    the event log                 (every step; show)
+  failures.py  failure counters              (set transitions; metrics)
   reports.py   report, show, metrics
   refusals.py  volumes a node Prolog refused (functions over a Repository)
 
@@ -27,6 +28,7 @@ from ..errors import InventoryError
 from . import db
 from .drills import DrillQueries
 from .events import EventQueries
+from .failures import FailureQueries
 from .parts import PartQueries
 from .records import AckRecord, SetFilter, SnapshotRecord, VolumeSpec  # noqa: F401 (re-exported)
 from .reports import ReportQueries
@@ -34,7 +36,7 @@ from .runs import RunQueries
 from .sets import SetQueries
 
 
-class Repository(RunQueries, SetQueries, PartQueries, DrillQueries, EventQueries, ReportQueries):
+class Repository(RunQueries, SetQueries, PartQueries, DrillQueries, EventQueries, FailureQueries, ReportQueries):
     def __init__(self, session: Session):
         self.s = session
 

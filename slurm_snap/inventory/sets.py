@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from ..clock import utcnow
 from ..errors import InvalidTransition, NotFound
 from .. import states as S
+from .failures import FAILURE_STATES
 from .models import JobRun, SnapshotSet, Volume
 
 
@@ -76,7 +77,9 @@ class SetQueries:
         """Move a set along the state machine, stamping the phase time.
 
         Row-locked (FOR UPDATE on servers; SQLite's BEGIN IMMEDIATE already
-        serializes writers) so two finalizers cannot both win.
+        serializes writers) so two finalizers cannot both win. A move into a
+        failure state counts in the same transaction (failures.py): the
+        counter and the set cannot disagree.
         """
         st = self.get_set(set_id, lock=True)
         if not S.allowed(st.state, new):
@@ -85,7 +88,10 @@ class SetQueries:
         stamp = _PHASE_STAMP.get(new)
         if stamp and getattr(st, stamp) is None:
             setattr(st, stamp, at or utcnow())
-        return self._set_fields(st, fields)
+        st = self._set_fields(st, fields)
+        if new in FAILURE_STATES:
+            self.count_failure(new, st.reason)
+        return st
 
     def update_set(self, set_id: int, **fields: Any) -> SnapshotSet:
         """Set fields that are not state (barrier time, skew, reason)."""

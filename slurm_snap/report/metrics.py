@@ -1,16 +1,25 @@
 """Prometheus text exposition (format 0.0.4) of the inventory.
 
 Series:
+  slurm_snap_info{version}                             gauge, always 1: which slurm-snap wrote the values
+  slurm_snap_collected_timestamp_seconds               gauge: Unix time the values were read (a textfile's
+                                                       age is time() minus this)
   slurm_snap_sets{state,consistency}                   gauge: sets now in each state/label
-  slurm_snap_failures_total{reason}                    counter: failed/partial/rolled-back sets by reason
+  slurm_snap_failures_total{state,reason}              counter: moves into FAILED, PARTIAL, ROLLED_BACK or
+                                                       FAILED_RESTORE, by reason class (inventory/failures.py)
+  slurm_snap_hook_failures_total                       counter: hooks that failed (hook-failed events)
   slurm_snap_newest_verified_age_seconds{job_id,user}  gauge: the job's RPO; +Inf when it has no verified set
   slurm_snap_phase_duration_seconds{phase}             summary (_sum/_count): signal, quiesce, cut, finalize,
                                                        total, release (a preemption's signal -> nodes given back;
                                                        its quiesce is signal -> last acknowledgement)
   slurm_snap_restore_time_to_first_step_seconds        summary (_sum/_count) over passed restore drills
 
+Counters come from append-only sources (the failure_count table, which only
+the state change increments, and the event log), never from a count of
+current rows: prune deleting a failed set must not look like a reset.
+
 Cardinality: reasons are free text written by the coordinator, so only their
-class (the text before the first ':', at most 64 characters) becomes a label;
+class (inventory.failures.reason_class: the head, numbers as N) becomes a label;
 job series cover jobs with a set requested within the job window only, since
 finished jobs would otherwise grow the scrape forever.
 """
@@ -20,8 +29,10 @@ import datetime as dt
 import math
 import os
 
+from .. import __version__
 from ..errors import BadValueError
 from ..fsio import atomic_write
+from ..inventory.failures import reason_class  # noqa: F401  (re-exported: the label rule)
 
 PHASES = ("signal", "quiesce", "cut", "finalize", "total", "release")
 
@@ -40,11 +51,6 @@ def fmt_value(v: float) -> str:
     if math.isnan(v):
         return "NaN"
     return repr(float(v)) if not float(v).is_integer() else str(int(v))
-
-
-def reason_class(reason: str) -> str:
-    head = (reason or "unknown").split(":", 1)[0].strip()
-    return (head or "unknown")[:64]
 
 
 class Exposition:
@@ -68,18 +74,23 @@ class Exposition:
 
 def collect(repo, *, now: dt.datetime, jobs_since: dt.datetime) -> str:
     out = Exposition()
+    out.family("slurm_snap_info", "gauge", "The slurm-snap that wrote these values (always 1).")
+    out.sample("slurm_snap_info", 1, {"version": __version__})
+    out.family("slurm_snap_collected_timestamp_seconds", "gauge",
+               "Unix time at which slurm-snap metrics read the inventory.")
+    out.sample("slurm_snap_collected_timestamp_seconds", now.timestamp())
+
     out.family("slurm_snap_sets", "gauge", "Snapshot sets by state and consistency label.")
     for state, consistency, n in sorted(repo.count_sets_by()):
         out.sample("slurm_snap_sets", n, {"state": state, "consistency": consistency})
 
-    failures: dict[str, int] = {}
-    for reason, n in repo.failure_reasons():
-        key = reason_class(reason)
-        failures[key] = failures.get(key, 0) + n
     out.family("slurm_snap_failures_total", "counter",
-               "Sets that failed, were partial, rolled back or failed a restore drill, by reason class.")
-    for reason in sorted(failures):
-        out.sample("slurm_snap_failures_total", failures[reason], {"reason": reason})
+               "Times a set became FAILED, PARTIAL, ROLLED_BACK or FAILED_RESTORE, by state and reason class.")
+    for state, reason, n in repo.failure_counts():
+        out.sample("slurm_snap_failures_total", n, {"state": state, "reason": reason})
+    out.family("slurm_snap_hook_failures_total", "counter",
+               "Slurm hooks (Prolog, Epilog, PrologSlurmctld, EpilogSlurmctld) that failed.")
+    out.sample("slurm_snap_hook_failures_total", repo.hook_failure_count())
 
     out.family("slurm_snap_newest_verified_age_seconds", "gauge",
                "Seconds since the cut of the job's newest VERIFIED set (its RPO); +Inf if it has none.")

@@ -23,7 +23,7 @@ def test_example_is_valid():
     cfg = config.load(ROOT_EXAMPLE)
     assert cfg.hooks.failure_policy == "open"
     assert cfg.protocol.checkpoint_signal == "SIGUSR1"
-    assert {vc.name for vc in cfg.volume_classes} == {"scratch", "projects"}
+    assert {vc.name for vc in cfg.volume_classes} == {"scratch", "pfs"}
 
 
 def test_defaults_and_env_override(write_config, monkeypatch):
@@ -194,3 +194,40 @@ def test_early_release_is_on_by_default_and_can_be_turned_off(tmp_path):
     with pytest.raises(Exception) as err:
         config.load(p)
     assert "early_release" in str(err.value)
+
+
+def test_example_tools_check_leaves_node_scratch_to_doctor_and_names_the_ssh_host(capsys):
+    """README step 2: the example's scratch class is node-local over SSH (its
+    tools are on the nodes, which doctor checks); its Lustre class is cut on
+    the MGS over SSH, which a host without mgs01's key cannot reach: the error
+    says which class and which host, not "needs a node name"."""
+    rc = main(["config", "check", "--tools", "--config", ROOT_EXAMPLE])
+    cap = capsys.readouterr()
+    assert rc == errors.BACKEND
+    assert cap.out.splitlines()[0] == ("# volume class scratch: node-local over SSH, checked on each node by "
+                                       "`slurm-snap doctor`")
+    assert "volume class 'pfs' over SSH on mgs01: " in cap.err and "known_hosts" in cap.err
+    assert "needs a node name" not in cap.err
+
+
+def test_example_without_the_lustre_class_passes_the_tools_check(tmp_path, capsys):
+    """What the README tells a site without Lustre to change: delete the pfs table."""
+    text = open(ROOT_EXAMPLE).read()
+    cut = text.rindex("[[volume_class]]")
+    assert 'name = "pfs"' in text[cut:]
+    p = tmp_path / "slurm-snap.toml"
+    p.write_text(text[:cut])
+    assert main(["config", "check", "--tools", "--config", str(p)]) == 0
+    assert "# volume class scratch: node-local over SSH" in capsys.readouterr().out
+
+
+def test_tools_check_with_json_keeps_stdout_the_document(tmp_path, capsys):
+    import json
+
+    text = open(ROOT_EXAMPLE).read()
+    p = tmp_path / "slurm-snap.toml"
+    p.write_text(text[:text.rindex("[[volume_class]]")])
+    assert main(["config", "check", "--tools", "--json", "--config", str(p)]) == 0
+    cap = capsys.readouterr()
+    assert [vc["name"] for vc in json.loads(cap.out)["volume_class"]] == ["scratch"]
+    assert "# volume class scratch: node-local over SSH" in cap.err

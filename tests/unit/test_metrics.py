@@ -6,22 +6,33 @@ import stat
 
 import pytest
 
-from slurm_snap import errors
+from slurm_snap import __version__, errors
+from slurm_snap import states as S
+from slurm_snap.inventory.repository import Inventory
 from slurm_snap.cli import metrics_cmd
 from slurm_snap.report.metrics import Exposition, escape_label, reason_class
 from test_report_seed import ALICE, ROOT, invoke, report_pg_server, seeded  # noqa: F401  (fixtures)
 
 EXPECTED = """\
+# HELP slurm_snap_info The slurm-snap that wrote these values (always 1).
+# TYPE slurm_snap_info gauge
+slurm_snap_info{version="%s"} 1
+# HELP slurm_snap_collected_timestamp_seconds Unix time at which slurm-snap metrics read the inventory.
+# TYPE slurm_snap_collected_timestamp_seconds gauge
+slurm_snap_collected_timestamp_seconds 1796040000
 # HELP slurm_snap_sets Snapshot sets by state and consistency label.
 # TYPE slurm_snap_sets gauge
 slurm_snap_sets{state="COMPLETE",consistency="app-consistent"} 1
 slurm_snap_sets{state="FAILED",consistency="none"} 1
 slurm_snap_sets{state="PARTIAL",consistency="crash-consistent"} 1
 slurm_snap_sets{state="VERIFIED",consistency="app-consistent"} 2
-# HELP slurm_snap_failures_total Sets that failed, were partial, rolled back or failed a restore drill, by reason class.
+# HELP slurm_snap_failures_total Times a set became FAILED, PARTIAL, ROLLED_BACK or FAILED_RESTORE, by state and reason class.
 # TYPE slurm_snap_failures_total counter
-slurm_snap_failures_total{reason="barrier timeout"} 1
-slurm_snap_failures_total{reason="zfs"} 1
+slurm_snap_failures_total{state="FAILED",reason="barrier timeout"} 1
+slurm_snap_failures_total{state="PARTIAL",reason="zfs"} 1
+# HELP slurm_snap_hook_failures_total Slurm hooks (Prolog, Epilog, PrologSlurmctld, EpilogSlurmctld) that failed.
+# TYPE slurm_snap_hook_failures_total counter
+slurm_snap_hook_failures_total 0
 # HELP slurm_snap_newest_verified_age_seconds Seconds since the cut of the job's newest VERIFIED set (its RPO); +Inf if it has none.
 # TYPE slurm_snap_newest_verified_age_seconds gauge
 slurm_snap_newest_verified_age_seconds{job_id="1001",user="alice"} 10796
@@ -45,7 +56,7 @@ slurm_snap_phase_duration_seconds_count{phase="release"} 1
 # TYPE slurm_snap_restore_time_to_first_step_seconds summary
 slurm_snap_restore_time_to_first_step_seconds_sum 60
 slurm_snap_restore_time_to_first_step_seconds_count 2
-"""
+""" % __version__
 
 
 def test_exposition_exactly(seeded):
@@ -94,3 +105,100 @@ def test_label_escaping_and_reason_classes():
     assert reason_class("barrier timeout: n4 sent no ack") == "barrier timeout"
     assert reason_class("") == "unknown"
     assert len(reason_class("x" * 200)) == 64
+
+
+@pytest.mark.parametrize("reason, label", [
+    # Ids and counts would make one series per set: numbers become N.
+    ("restore test 12: exit 1", "restore test N"),
+    ("barrier incomplete after 60.5 s on 2 of 4 nodes (n1, n2); nothing was cut",
+     "barrier incomplete after N s on N of N nodes"),
+    ("missing 1 of 3 volumes: n2 scratch (not cut)", "missing N of N volumes"),
+    ("coordinator stopped: KeyboardInterrupt: ", "coordinator stopped"),
+    ("  ;", "unknown"),
+])
+def test_reason_classes_drop_ids_and_counts(reason, label):
+    assert reason_class(reason) == label
+
+
+def _series(out: str, name: str) -> dict[str, float]:
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in out.splitlines() if line.startswith(name + "{") or line.startswith(name + " ")}
+
+
+def test_failures_never_fall_when_sets_are_pruned_or_drills_pass(seeded):
+    """Prometheus takes a falling counter for a restart: the sets leaving
+    their failure states (prune's DELETING -> DELETED, a FAILED_RESTORE set
+    whose next drill passes) must leave every failure counter as it was."""
+    _, before, _ = invoke(metrics_cmd.command, [], seeded["config"], ROOT)
+    inv = Inventory(seeded["url"])
+    with inv.session() as repo:
+        for key in ("C", "E"):  # the PARTIAL and the FAILED set, as prune moves them
+            repo.transition(seeded["ids"][key], S.DELETING)
+            repo.transition(seeded["ids"][key], S.DELETED)
+        a = seeded["ids"]["A"]
+        repo.transition(a, S.FAILED_RESTORE, reason="restore test 7: exit 1")
+        repo.transition(a, S.FAILED_RESTORE, reason="restore test 8: exit 1")
+        repo.transition(a, S.VERIFIED, reason="")
+    inv.dispose()
+    code, after, exc = invoke(metrics_cmd.command, [], seeded["config"], ROOT)
+    assert code == 0, exc
+    was, now = _series(before, "slurm_snap_failures_total"), _series(after, "slurm_snap_failures_total")
+    assert now == {**was, 'slurm_snap_failures_total{state="FAILED_RESTORE",reason="restore test N"}': 2}
+    # The gauge of current sets did fall: the counter is not read from it.
+    sets = _series(after, "slurm_snap_sets")
+    assert 'slurm_snap_sets{state="DELETED",consistency="none"}' in sets
+    assert 'slurm_snap_sets{state="PARTIAL",consistency="crash-consistent"}' not in sets
+
+
+def test_a_rolled_back_transition_counts_nothing(seeded):
+    inv = Inventory(seeded["url"])
+    with pytest.raises(RuntimeError):
+        with inv.session() as repo:
+            repo.transition(seeded["ids"]["B"], S.FAILED_RESTORE, reason="restore test 9: exit 1")
+            raise RuntimeError("the caller failed after the transition")
+    with inv.session(readonly=True) as repo:
+        assert ("FAILED_RESTORE", "restore test N", 1) not in repo.failure_counts()
+        assert repo.failure_counts() == [("FAILED", "barrier timeout", 1), ("PARTIAL", "zfs", 1)]
+    inv.dispose()
+
+
+def test_hook_failures_count_the_append_only_event_log(seeded):
+    inv = Inventory(seeded["url"])
+    with inv.session() as repo:
+        for node in ("n1", "n2", "n2"):
+            repo.event("hook-failed", "epilog: backend tool missing", job_id=1001, node=node, level="error")
+        repo.event("hook", "recorded 2 volumes", job_id=1001)
+    inv.dispose()
+    _, out, _ = invoke(metrics_cmd.command, [], seeded["config"], ROOT)
+    assert "\nslurm_snap_hook_failures_total 3\n" in out
+
+
+def test_upgrade_to_0008_starts_the_counters_from_the_failed_sets_of_today(tmp_path):
+    """At the upgrade the new counter must not start below the old series (a
+    drop reads as a reset): it is seeded from the sets in failure states."""
+    from sqlalchemy import text
+
+    from slurm_snap.inventory import db
+
+    url = f"sqlite:///{tmp_path}/old.db"
+    engine = db.make_engine(url, create=True)
+    db.upgrade(engine, "0007_mysql_precision")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO job_run (id, job_id, restart_count, user_name, uid, partition, nodes, "
+                          "options, created_at) VALUES (1, 7, 0, 'alice', 2001, 'gpu', '[]', '{}', "
+                          "'2026-11-30 10:00:00')"))
+        for i, (state, reason) in enumerate([("FAILED", "barrier timeout: n1"), ("FAILED", "barrier timeout: n2"),
+                                             ("PARTIAL", "missing 1 of 2 volumes: x"), ("FAILED_RESTORE", ""),
+                                             ("COMPLETE", "fine"), ("DELETED", "barrier timeout: n3")], 1):
+            conn.execute(text("INSERT INTO snapshot_set (id, job_run_id, job_id, user_name, epoch, trigger, "
+                              "wanted, consistency, state, reason, owner, requested_at, expected_parts, "
+                              "failed_nodes, \"release\") VALUES (:i, 1, 7, 'alice', :e, 'manual', 'app', "
+                              "'none', :s, :r, '', '2026-11-30 10:00:00', 0, '[]', '')"),
+                         {"i": i, "e": f"m-{i}", "s": state, "r": reason})
+    assert db.upgrade(engine) == db.SCHEMA_HEAD
+    engine.dispose()
+    inv = Inventory(url)
+    with inv.session(readonly=True) as repo:
+        assert repo.failure_counts() == [("FAILED", "barrier timeout", 2), ("FAILED_RESTORE", "unknown", 1),
+                                         ("PARTIAL", "missing N of N volumes", 1)]
+    inv.dispose()
