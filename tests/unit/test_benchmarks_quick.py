@@ -110,7 +110,7 @@ def test_quick_suite_without_cluster(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
     by_bench = {r["bench"]: r for r in data["rows"]}
-    assert set(by_bench) == {"barrier", "inventory", "agreement"}
+    assert set(by_bench) == {"barrier", "inventory", "agreement"}, (data.get("unavailable"), proc.stdout[-3000:])
     agreement = [r for r in data["rows"] if r["bench"] == "agreement"]
     # Measured beside its reference: the same loop without the agreement.
     assert any("overlap" in r["case"] and r["value"] > 0 and r["reference"] > 0 for r in agreement), agreement

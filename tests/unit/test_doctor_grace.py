@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from slurm_snap import config, doctor
 from slurm_snap.cli import doctor_cmd
 from slurm_snap.inventory.repository import Inventory
-from test_report_seed import at, seeded  # noqa: F401  (fixture)
+from test_report_seed import at, report_pg_server, seeded  # noqa: F401  (fixtures)
 
 PARTS = [{"PartitionName": "gpu", "PreemptMode": "REQUEUE", "GraceTime": "60"},
          {"PartitionName": "cpu", "PreemptMode": "REQUEUE", "GraceTime": "00:00:30"},
