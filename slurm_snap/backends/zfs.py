@@ -128,6 +128,9 @@ class ZfsBackend(Backend):
             self._dialect = found
         return self._dialect
 
+    def tool_report(self) -> str:
+        return self.dialect.describe()
+
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(atomic=True, read_only=True, instant=True, per_file_cost=False,
