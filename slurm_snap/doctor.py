@@ -236,7 +236,7 @@ def check_shared_over_ssh(cfg: Config, vc) -> list[Finding]:
                         f"check {where}'s sshd, its host key in {cfg.ssh.known_hosts} and the tool there, "
                         f"or fix volume_class {vc.name!r}")]
     return [Finding(True, f"volume class {vc.name} over SSH on {where}: backend {vc.backend} tools present")
-            ] + check_fs_type(vc, backend, vc.prefix, where=where)
+            ] + check_tool_report(vc, backend, where=where) + check_fs_type(vc, backend, vc.prefix, where=where)
 
 
 def slurm_unreachable(exc: Exception) -> Finding:
