@@ -7,8 +7,11 @@ iproute2 util-linux"
 # prometheus for promtool, which checks the metrics' exposition and
 # etc/prometheus's alert rules (tests/unit/test_ops_artefacts.py; its daemon
 # is not started: policy-rc.d below); groff-base and man-db render the man
-# page (tests/unit/test_manpage_completion.py).
-TEST_PACKAGES="prometheus groff-base man-db"
+# page (tests/unit/test_manpage_completion.py); zfs-fuse (Debian's ZFS in
+# FUSE) for the zfs backend's real conformance cases: its postinst cannot
+# start the daemon either, the tests start their own and stop it by PID
+# (tests/integration/fs.py).
+TEST_PACKAGES="prometheus groff-base man-db zfs-fuse"
 # The one place that names the venv the hooks, the SPANK plugin's helper=,
 # tests, the demo and benchmarks run. Two developers (or a developer and CI) on
 # one machine each set their own, so one's reinstall cannot break the other's

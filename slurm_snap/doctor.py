@@ -211,6 +211,7 @@ def check_local(cfg: Config, *, node: str | None = None, node_local: bool = True
             out.append(Finding(False, f"volume class {vc.name}: {exc}",
                                f"install the tool on this host, or fix volume_class {vc.name!r}"))
             continue
+        out.extend(check_tool_report(vc, backend, where="this host"))
         prefix = vc.prefix_for(host if vc.scope == "node-local" else None)
         if os.path.isdir(prefix):
             out.extend(check_fs_type(vc, backend, prefix, where="this host"))
@@ -235,7 +236,7 @@ def check_shared_over_ssh(cfg: Config, vc) -> list[Finding]:
                         f"check {where}'s sshd, its host key in {cfg.ssh.known_hosts} and the tool there, "
                         f"or fix volume_class {vc.name!r}")]
     return [Finding(True, f"volume class {vc.name} over SSH on {where}: backend {vc.backend} tools present")
-            ] + check_fs_type(vc, backend, vc.prefix, where=where)
+            ] + check_tool_report(vc, backend, where=where) + check_fs_type(vc, backend, vc.prefix, where=where)
 
 
 def slurm_unreachable(exc: Exception) -> Finding:
@@ -248,6 +249,23 @@ def slurm_unreachable(exc: Exception) -> Finding:
 
 class _Done(Exception):
     """The service answered: nothing more to check about the inventory here."""
+
+
+def check_tool_report(vc, backend, *, where: str) -> list[Finding]:
+    """Which version or CLI dialect the class's backend found (zfs: OpenZFS
+    >= 0.8 or the older zfs-fuse-style CLI), so a site can hold it against
+    what docs/backends.md says was tested; a tool that cannot say is a failure."""
+    from .errors import SnapError
+
+    try:
+        said = backend.tool_report()
+    except SnapError as exc:
+        return [Finding(False, f"volume class {vc.name} on {where}: cannot tell the {vc.backend} tool's "
+                               f"version: {exc}",
+                        f"run the {vc.backend} tool by hand on {where} (docs/backends.md: what to check first)")]
+    if said is None:
+        return []
+    return [Finding(True, f"volume class {vc.name} on {where}: backend {vc.backend} found {said}")]
 
 
 def check_fs_type(vc, backend, prefix: str, *, where: str) -> list[Finding]:
@@ -317,6 +335,7 @@ def check_topology(cfg: Config, nodes: list[str], *, local_host: str | None = No
                 out.append(Finding(False, f"{node}: volume class {vc.name} over SSH: {exc}",
                                    f"install the tool on {node}, or fix [ssh] / volume_class {vc.name!r}"))
                 continue
+            out.extend(check_tool_report(vc, backend, where=node))
             out.extend(check_fs_type(vc, backend, vc.prefix_for(node), where=node))
         if run_on_node is not None:
             out.extend(run_on_node(node))

@@ -281,6 +281,14 @@ class Backend(abc.ABC):
         """
         raise errors.Unsupported(backend=self.name, verb="create_volume")
 
+    def tool_report(self) -> str | None:
+        """What the backend's tool says it is (version, CLI dialect), for
+        `slurm-snap doctor`: sites run mixed versions, and the evidence in
+        docs/backends.md is for named ones. None when there is nothing to
+        ask. MAY run the tool; its errors propagate (doctor reports them).
+        """
+        return None
+
     def coalesce_key(self, volume: str) -> str | None:
         """Key under which snapshots of several volumes can be one snapshot.
 

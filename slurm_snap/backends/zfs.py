@@ -1,18 +1,28 @@
-"""zfs: dataset snapshots (`pool/fs@name`). UNTESTED against real ZFS: see docs/backends.md.
+"""zfs: dataset snapshots (`pool/fs@name`). See docs/backends.md for what was run where.
 
     volume   tank/scratch/job42
     snapshot tank/scratch/job42@s1, visible at <mountpoint>/.zfs/snapshot/s1
+             (where the filesystem has a .zfs directory: OpenZFS does,
+             zfs-fuse 0.7 does not, and its snapshots then have no path)
     clone    zfs clone tank/scratch/job42@s1 tank/restore/job42 (writable dataset)
 
 Snapshot names are per dataset, so two volumes never collide on a name.
+
+Two CLI dialects are in use at sites (see Dialect): OpenZFS >= 0.8, tested
+against a fake of its documented CLI, and the older one of zfs-fuse 0.7
+(Debian 12), tested against the real thing.
 """
 from __future__ import annotations
 
 import datetime as dt
 import re
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 from slurm_snap import errors
-from slurm_snap.backends.base import Backend, Capabilities, SnapshotRef, check_name
+from slurm_snap.backends.base import Backend, Capabilities, SnapshotRef, check_abs_path, check_name
+from slurm_snap.backends.transport import Result, Transport
 
 # zfs(8) component rules; a leading '-' would also read as an option.
 _DATASET_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*(/[A-Za-z0-9_.: -]*[A-Za-z0-9_.:-])*$")
@@ -47,27 +57,121 @@ def parse_snapshot_list(text: str, dataset: str | None = None) -> dict[str, dt.d
     return out
 
 
+@dataclass(frozen=True)
+class Dialect:
+    """Which zfs CLI the backend talks to, as the tool itself reported it.
+
+    `zfs version` exists from OpenZFS 0.8 on (zfs-version(8)). Older CLIs
+    (zfs-fuse 0.7, OpenZFS 0.7) answer it with "unrecognized command" and
+    exit 2; zfs-fuse 0.7 also has no `zfs list -p` ("invalid option 'p'",
+    exit 2), so with those the backend lists snapshots through `zfs get -p`,
+    which every one of them has. OpenZFS 0.7 does have `list -p`, but the
+    `get` form is right there too, so one legacy path covers both.
+    """
+
+    name: str             # "openzfs" or "legacy"
+    version: str | None   # "2.1.11-1" from `zfs version`; None when the CLI cannot say
+    list_parsable: bool   # `zfs list -p` prints epoch seconds
+    # zfs-fuse unmounts through FUSE, which finishes after `zfs destroy` has
+    # looked: destroying a mounted dataset fails "dataset is busy" for a
+    # moment (measured: the first try fails, a retry ~20 ms later succeeds).
+    busy_after_unmount: bool = False
+
+    def describe(self) -> str:
+        if self.name == "openzfs":
+            return f"OpenZFS {self.version} (zfs version; zfs list -p)"
+        return "pre-0.8 zfs CLI without `zfs version` (zfs-fuse 0.7 or OpenZFS <= 0.7; listing via zfs get -p)"
+
+
+_VERSION_RE = re.compile(r"^zfs-(\d[\w.+~-]*)\s*$")
+
+
+def parse_dialect(status: int, stdout: str, stderr: str) -> Dialect | None:
+    """The dialect from what `zfs version` did; None if the output is not one we know.
+
+    OpenZFS prints `zfs-2.1.11-1` then `zfs-kmod-2.1.11-1` and exits 0;
+    zfs-fuse 0.7 prints "unrecognized command 'version'" and its usage, exit 2.
+    """
+    if status == 0:
+        first = (stdout.strip().splitlines() or [""])[0].strip()
+        m = _VERSION_RE.fullmatch(first)
+        return Dialect("openzfs", m.group(1), True) if m else None
+    if status == 2 and "unrecognized command 'version'" in stderr:
+        return Dialect("legacy", None, False, busy_after_unmount=True)
+    return None
+
+
 class ZfsBackend(Backend):
     name = "zfs"
     TOOLS = ("zfs",)
+    UTILS = ("test",)
+
+    def __init__(self, options: Mapping[str, Any], transport: Transport):
+        # Probed on first use, not here: building a backend (config checks,
+        # doctor) costs no zfs call, and a hanging or failing zfs surfaces as
+        # the verb's own Timeout/CommandFailed, as with every other backend.
+        self._dialect: Dialect | None = None
+        super().__init__(options, transport)
+
+    @property
+    def dialect(self) -> Dialect:
+        """The CLI dialect, probed once per backend instance (one `zfs version`)."""
+        if self._dialect is None:
+            res = self.run("zfs", "version", ok=(0, 2))
+            stderr = res.stderr.decode(errors="replace")
+            found = parse_dialect(res.status, res.text, stderr)
+            if found is None:
+                said = " / ".join(ln.strip() for ln in (res.text + stderr).splitlines() if ln.strip())[:300]
+                raise errors.BackendError(
+                    backend=self.name,
+                    why=f"`zfs version` exited {res.status} with output we do not know: {said or '(none)'}")
+            self._dialect = found
+        return self._dialect
+
+    def tool_report(self) -> str:
+        return self.dialect.describe()
 
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(atomic=True, read_only=True, instant=True, per_file_cost=False,
                             scope="volume", needs_root=True, can_clone=True)
 
+    def _listing(self, dataset: str, ok: tuple[int, ...] = (0,)) -> Result:
+        """This dataset's snapshots as `name<TAB>epoch` lines, in the dialect's words.
+
+        The legacy `zfs get -d 1` also prints the dataset and its child
+        datasets; parse_snapshot_list keeps only `dataset@<our name>` lines.
+        """
+        if self.dialect.list_parsable:
+            return self.run("zfs", "list", "-H", "-p", "-t", "snapshot", "-o", "name,creation", "-d", "1",
+                            dataset, ok=ok)
+        return self.run("zfs", "get", "-H", "-p", "-o", "name,value", "-d", "1", "creation", dataset, ok=ok)
+
     def _snapshots(self, dataset: str) -> dict[str, dt.datetime | None]:
-        return parse_snapshot_list(self.run(
-            "zfs", "list", "-H", "-p", "-t", "snapshot", "-o", "name,creation", "-d", "1", dataset).text, dataset)
+        return parse_snapshot_list(self._listing(dataset).text, dataset)
 
     def _mountpoint(self, dataset: str) -> str | None:
         res = self.run("zfs", "get", "-H", "-p", "-o", "value", "mountpoint", dataset, ok=(0, 1))
         mp = res.text.strip()
         return mp if res.status == 0 and mp.startswith("/") else None
 
-    def _ref(self, dataset: str, full: str, created: dt.datetime | None, mp: str | None) -> SnapshotRef:
+    def _snapdir(self, dataset: str) -> str | None:
+        """<mountpoint>/.zfs/snapshot if this filesystem has one, else None.
+
+        Asked of the filesystem, not inferred from the dialect: OpenZFS has
+        the .zfs directory even with snapdir=hidden, zfs-fuse 0.7 has none
+        even with snapdir=visible. A path that does not exist must not be
+        recorded: the cutter would check acknowledged files against it.
+        """
+        mp = self._mountpoint(dataset)
+        if mp is None:
+            return None
+        snapdir = f"{mp.rstrip('/')}/.zfs/snapshot"
+        return snapdir if self.run("test", "-d", snapdir, ok=(0, 1)).status == 0 else None
+
+    def _ref(self, dataset: str, full: str, created: dt.datetime | None, snapdir: str | None) -> SnapshotRef:
         snap = full.partition("@")[2]
-        path = f"{mp}/.zfs/snapshot/{snap}" if mp else None
+        path = f"{snapdir}/{snap}" if snapdir else None
         return self.ref(dataset, snap, full, path, created)
 
     def create(self, volume: str, name: str) -> SnapshotRef:
@@ -80,18 +184,17 @@ class ZfsBackend(Backend):
             if full not in snaps:
                 raise errors.BackendError(backend=self.name,
                                           why=f"zfs snapshot {full} exited 0 but zfs list does not show it")
-        return self._ref(dataset, full, snaps.get(full), self._mountpoint(dataset))
+        return self._ref(dataset, full, snaps.get(full), self._snapdir(dataset))
 
     def list(self, volume: str) -> list[SnapshotRef]:
         dataset = check_dataset(volume)
-        mp = self._mountpoint(dataset)
-        return [self._ref(dataset, full, created, mp)
-                for full, created in sorted(self._snapshots(dataset).items())]
+        snaps = self._snapshots(dataset)
+        snapdir = self._snapdir(dataset) if snaps else None
+        return [self._ref(dataset, full, created, snapdir) for full, created in sorted(snaps.items())]
 
     def exists(self, ref: SnapshotRef) -> bool:
         dataset = check_dataset(ref.volume)
-        res = self.run("zfs", "list", "-H", "-p", "-t", "snapshot", "-o", "name,creation", "-d", "1",
-                       dataset, ok=(0, 1))
+        res = self._listing(dataset, ok=(0, 1))
         return res.status == 0 and ref.ref in parse_snapshot_list(res.text, dataset)
 
     def delete(self, ref: SnapshotRef) -> bool:
@@ -110,3 +213,46 @@ class ZfsBackend(Backend):
             raise errors.NotFound(what="snapshot", value=ref.ref)
         self.run("zfs", "clone", ref.ref, target)
         return self._mountpoint(target) or target
+
+    # Retry pauses for "dataset is busy" where the dialect needs them: ~3 s in
+    # all, so a dataset that is really in use still fails soon and clearly.
+    BUSY_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+
+    def _destroy_dataset(self, name: str) -> None:
+        delays = self.BUSY_RETRY_DELAYS if self.dialect.busy_after_unmount else ()
+        for delay in delays:
+            res = self.run("zfs", "destroy", name, ok=(0, 1))
+            if res.status == 0:
+                return
+            if "dataset is busy" not in res.stderr.decode(errors="replace"):
+                break  # a real refusal: the last run below reports it
+            time.sleep(delay)
+        self.run("zfs", "destroy", name)
+
+    def delete_clone(self, path: str) -> bool:
+        """Destroy the clone dataset mounted at `path` (or named `path`, as
+        clone() returns for one without a mountpoint).
+
+        Needed on ZFS, not just tidy: a snapshot with a dependent clone
+        cannot be destroyed ("snapshot has dependent clones"), and removing
+        the clone's files would leave the dataset and its pin in place.
+        Only a dataset whose `origin` is a snapshot is destroyed, and without
+        -r, so a clone that grew its own snapshots fails instead of taking them.
+        """
+        by_path = isinstance(path, str) and path.startswith("/")
+        key = check_abs_path("zfs clone", path) if by_path else check_dataset(path, "zfs clone")
+        # name, mountpoint and origin exist in every zfs CLI we know; -H is tab-separated.
+        out = self.run("zfs", "list", "-H", "-o", "name,mountpoint,origin", "-t", "filesystem").text
+        for line in out.splitlines():
+            fields = line.split("\t")
+            if len(fields) != 3 or key != (fields[1] if by_path else fields[0]):
+                continue
+            name, _, origin = fields
+            if "@" not in origin:
+                raise errors.BadValueError(what="zfs clone", value=path,
+                                           why=f"dataset {name} is not a clone (origin {origin}); refusing to destroy it")
+            self._destroy_dataset(name)
+            return True
+        if by_path and self.path_exists(key):
+            raise errors.BadValueError(what="zfs clone", value=path, why="no zfs dataset is mounted there")
+        return False

@@ -136,3 +136,93 @@ def xfs_fs():
 def sshd():
     with sshd_server() as server:
         yield server
+
+
+ZFS_POOL_MB = 256
+
+
+@dataclass
+class ZfsPool:
+    name: str
+    mountpoint: str
+    started_daemon: bool  # False when a zfs-fuse already running was reused
+
+
+def _zpool_answers(zpool: str) -> bool:
+    try:
+        return subprocess.run([zpool, "list", "-H", "-o", "name"], capture_output=True, timeout=10,
+                              stdin=subprocess.DEVNULL).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+@contextlib.contextmanager
+def zfs_fuse_pool():
+    """A pool on a sparse image file in a temp dir, served by zfs-fuse.
+
+    zfs-fuse has one daemon per machine (one fixed socket): if one answers
+    already we only add and destroy our own pool; otherwise we start the
+    daemon in the foreground (-n) so the PID we stop is the one we started.
+    Debian's init script needs a runlevel, so it is not used.
+    """
+    require(os.geteuid() == 0, "zfs-fuse runs as root")
+    require(os.path.exists("/dev/fuse"), "/dev/fuse is missing (zfs-fuse needs FUSE)")
+    tools = {t: which(t) for t in ("zfs-fuse", "zpool", "zfs")}
+    for tool, path in tools.items():
+        require(path is not None, f"{tool} not installed (apt-get install zfs-fuse)")
+    zpool = tools["zpool"]
+    tmp = tempfile.mkdtemp(prefix="slurm-snap-zfs-")
+    proc = None
+    pool = f"sstest{os.getpid()}"
+    created = False
+    try:
+        if not _zpool_answers(zpool):
+            log = open(os.path.join(tmp, "zfs-fuse.log"), "w")
+            # --no-kstat-mount: no /zfs-kstat mount left behind on this machine.
+            proc = subprocess.Popen([tools["zfs-fuse"], "-n", "--no-kstat-mount"], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log)
+            deadline = time.monotonic() + 30
+            while not _zpool_answers(zpool):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"zfs-fuse did not start (status {proc.poll()}): "
+                                f"{open(os.path.join(tmp, 'zfs-fuse.log')).read()}")
+                time.sleep(0.2)
+        image, mnt = os.path.join(tmp, "pool.img"), os.path.join(tmp, "mnt")
+        os.mkdir(mnt)
+        with open(image, "wb") as f:
+            f.truncate(ZFS_POOL_MB << 20)
+        _run([zpool, "create", "-m", mnt, pool, image])
+        created = True
+        yield ZfsPool(pool, mnt, proc is not None)
+    finally:
+        failure = _destroy_pool(zpool, pool) if created else None
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)  # zfs-fuse exports its pools and exits, in ~3 s
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        if failure is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:  # the image may still back a pool of a daemon we did not start: keep it
+            pytest.fail(f"{failure}; left {tmp} in place")
+
+
+def _destroy_pool(zpool: str, pool: str) -> str | None:
+    """zpool destroy -f, retried: zfs-fuse says "pool is busy" while the FUSE
+    unmounts of datasets destroyed just before are still finishing."""
+    res = None
+    for _ in range(20):
+        res = subprocess.run([zpool, "destroy", "-f", pool], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+        if res.returncode == 0:
+            return None
+        time.sleep(0.25)
+    return f"zpool destroy -f {pool} failed: {res.stderr.strip()}"
+
+
+@pytest.fixture(scope="session")
+def zfs_pool():
+    with zfs_fuse_pool() as pool:
+        yield pool

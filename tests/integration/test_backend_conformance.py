@@ -1,8 +1,9 @@
 """One conformance suite, run by every backend.
 
 Real filesystems: btrfs and xfs-reflink on loop devices, btrfs again through
-SshTransport against our own sshd. The zfs, lvm, lustre, gpfs and cephfs
-backends run against the fake CLIs in tests/fakes (documented argv, output and
+SshTransport against our own sshd, and zfs on a zfs-fuse pool (the zfs-fuse
+0.7 CLI dialect). zfs again (the OpenZFS 2.x dialect), lvm, lustre, gpfs and
+cephfs run against the fake CLIs in tests/fakes (documented argv, output and
 errors; not the real systems). Each case asserts the contract in base.py.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from slurm_snap.backends.registry import get_backend
 from slurm_snap.backends.ssh import SshTransport
 from slurm_snap.backends.transport import LocalTransport
 
-btrfs_fs, xfs_fs, sshd = realfs.btrfs_fs, realfs.xfs_fs, realfs.sshd  # session fixtures
+btrfs_fs, xfs_fs, sshd, zfs_pool = realfs.btrfs_fs, realfs.xfs_fs, realfs.sshd, realfs.zfs_pool  # session fixtures
 
 FAKES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fakes")
 FAKE_ENV = "SLURM_SNAP_FAKE_STATE"
@@ -46,6 +47,12 @@ class Harness:
     rebuild: Callable[..., Backend]  # (tool_dir=..., timeout=...) -> same backend kind
     volume_dir: Callable[[str], str | None] = lambda v: None  # where the test can write volume files
     enforced_ro: bool = False    # a real filesystem refuses writes (even from root)
+    # Snapshots have a path where their files show (zfs-fuse has no .zfs
+    # directory, so its snapshots have none and are read through a clone).
+    browsable: bool = True
+    # A snapshot cannot be deleted while a clone of it exists (ZFS: "snapshot
+    # has dependent clones"); the clone goes first, through delete_clone().
+    clones_pin: bool = False
 
 
 def _subvolume(path: str) -> str:
@@ -102,7 +109,24 @@ def _zfs(tmp_path) -> Harness:
         return get_backend("zfs", {"tool_dir": FAKES, **opts}, transport)
 
     return Harness(make(), vols[0], vols[1], "independent", vols[2], lambda n: f"tank/clone-{n.replace(ODD, 'odd name')}", make,
-                   volume_dir=lambda v: os.path.join(state, "mnt", v))
+                   volume_dir=lambda v: os.path.join(state, "mnt", v), clones_pin=True)
+
+
+def _zfs_fuse(pool) -> Harness:
+    parent = f"{pool.name}/t{next(_seq)}"
+    vols = [f"{parent}/{n}" for n in ("vol", "other", "odd name:x.y-z")]
+    for v in vols:  # datasets inherit the pool's mountpoint: <pool mnt>/t<n>/<name>
+        subprocess.run([realfs.which("zfs"), "create", "-p", v], check=True, capture_output=True, timeout=60)
+
+    def make(**opts):
+        return get_backend("zfs", opts, LocalTransport())
+
+    backend = make()
+    assert backend.dialect.name == "legacy", backend.dialect  # the dialect this variant exists to prove
+    return Harness(backend, vols[0], vols[1], "independent", vols[2],
+                   lambda n: f"{parent}/clone-{n.replace(ODD, 'odd name')}", make,
+                   volume_dir=lambda v: pool.mountpoint + v[len(pool.name):], enforced_ro=True, browsable=False,
+                   clones_pin=True)
 
 
 def _lvm(tmp_path) -> Harness:
@@ -164,6 +188,7 @@ BACKENDS = [
     pytest.param("btrfs-ssh", marks=REAL),
     pytest.param("xfs-reflink", marks=REAL),
     pytest.param("xfs-reflink-mode", marks=REAL),
+    pytest.param("zfs-fuse", marks=REAL),
     "zfs", "lvm", "lustre", "gpfs", "cephfs",
 ]
 
@@ -179,9 +204,18 @@ def h(request, tmp_path) -> Harness:
                                  known_hosts=server.known_hosts, key_file=server.key_file)
         request.addfinalizer(transport.close)
         return _btrfs(request.getfixturevalue("btrfs_fs").mountpoint, transport)
+    if kind == "zfs-fuse":
+        return _zfs_fuse(request.getfixturevalue("zfs_pool"))
     if kind.startswith("xfs-reflink"):
         return _xfs(request.getfixturevalue("xfs_fs").mountpoint, "mode" if kind.endswith("mode") else "immutable")
     return {"zfs": _zfs, "lvm": _lvm, "lustre": _lustre, "gpfs": _gpfs, "cephfs": _cephfs}[kind](tmp_path)
+
+
+def snapshot_view(h: Harness, ref, tag: str) -> str:
+    """Where the test reads a snapshot's files: its path, or, where snapshots
+    have none (zfs-fuse), a fresh clone of it: what a restore would read."""
+    assert (ref.path is not None) == h.browsable, ref
+    return ref.path if ref.path is not None else h.backend.clone(ref, h.clone_target(f"view-{tag}"))
 
 
 def write(path: str, data: bytes) -> None:
@@ -215,8 +249,9 @@ def test_snapshot_content_is_frozen(h: Harness):
     ref = h.backend.create(h.volume, "s1")
     write(os.path.join(vdir, "data"), b"after")
     write(os.path.join(vdir, "new"), b"new")
-    assert read(os.path.join(ref.path, "data")) == b"before"
-    assert not os.path.exists(os.path.join(ref.path, "new"))
+    view = snapshot_view(h, ref, "frozen")
+    assert read(os.path.join(view, "data")) == b"before"
+    assert not os.path.exists(os.path.join(view, "new"))
 
 
 def test_snapshot_refuses_writes(h: Harness):
@@ -227,6 +262,9 @@ def test_snapshot_refuses_writes(h: Harness):
     else:
         assert h.backend.capabilities.read_only
     if vdir is None:
+        return
+    if not h.browsable:  # nothing shows the snapshot's files, so nothing can write to them
+        assert ref.path is None
         return
     if h.enforced_ro:
         for attempt in (lambda: write(os.path.join(ref.path, "data"), b"x"),
@@ -257,8 +295,9 @@ def test_clone_is_writable_and_snapshot_stays_read_only(h: Harness):
     assert read(os.path.join(path, "data")) == b"before"
     write(os.path.join(path, "data"), b"restored and changed")
     write(os.path.join(path, "new"), b"new")
-    assert read(os.path.join(ref.path, "data")) == b"before"
-    if h.enforced_ro:
+    # Writing to the clone left the snapshot alone (read through a second clone where it has no path).
+    assert read(os.path.join(snapshot_view(h, ref, "after"), "data")) == b"before"
+    if h.enforced_ro and h.browsable:
         with pytest.raises(OSError):
             write(os.path.join(ref.path, "data"), b"x")
     assert h.backend.exists(ref)
@@ -308,13 +347,19 @@ def test_unusual_characters_in_volume(h: Harness):
     assert ref.volume == h.odd_volume
     assert h.backend.create(h.odd_volume, "s1") == ref
     assert [r.name for r in h.backend.list(h.odd_volume)] == ["s1"]
-    if vdir:
+    if vdir and h.browsable:
         assert read(os.path.join(ref.path, "data")) == b"odd"
     if h.backend.capabilities.can_clone:
         target = h.clone_target(ODD)
         path = h.backend.clone(ref, target)
         if vdir:
             assert read(os.path.join(path, "data")) == b"odd"
+        if h.clones_pin:
+            with pytest.raises(errors.CommandFailed) as e:
+                h.backend.delete(ref)
+            assert "dependent clones" in str(e.value)
+            assert h.backend.exists(ref)
+            assert h.backend.delete_clone(path) is True
     assert h.backend.delete(ref) is True
     assert h.backend.list(h.odd_volume) == []
 
@@ -397,6 +442,23 @@ def test_a_volume_swapped_for_a_symlink_is_refused_as_a_symlink(h: Harness):
 
 
 # --------------------------------------------------------------------------- backend-specific
+@pytest.mark.parametrize("h", [pytest.param("zfs-fuse", marks=REAL), "zfs"], indirect=True)
+def test_zfs_delete_clone_destroys_only_a_clone(h: Harness):
+    ref = h.backend.create(h.volume, "s1")
+    path = h.backend.clone(ref, h.clone_target("c1"))
+    # A volume's own mountpoint is a dataset but not a clone: refused, and left alone.
+    with pytest.raises(errors.BadValueError) as e:
+        h.backend.delete_clone(h.volume_dir(h.volume))
+    assert "not a clone" in str(e.value)
+    assert h.backend.exists(ref) and os.path.isdir(h.volume_dir(h.volume))
+    with pytest.raises(errors.BadValueError):
+        h.backend.delete_clone("-rf")  # neither a path nor a dataset name
+    assert h.backend.delete_clone(path) is True
+    assert not os.path.exists(os.path.join(path, "data"))
+    assert h.backend.delete_clone(path) is False  # already gone
+    assert h.backend.delete(ref) is True  # no clone pins it any more
+
+
 @pytest.mark.integration
 def test_btrfs_refuses_a_plain_directory_as_volume(btrfs_fs):
     plain = os.path.join(btrfs_fs.mountpoint, f"plain-{next(_seq)}")

@@ -250,8 +250,13 @@ ZFS_GARBAGE = (b"\x00\xff\xfegarbage\n"
                + b"x" * 100_000 + b"\n")
 
 
+# What OpenZFS's `zfs version` prints: the backend reads its CLI dialect from it.
+ZFS_VERSION = b"zfs-2.1.11-1\nzfs-kmod-2.1.11-1\n"
+
+
 def test_zfs_garbage_listing_yields_only_this_datasets_snapshots(tmp_path):
-    bindir, state, tr = fake_tools(tmp_path, ["zfs"], {"zfs.list": ZFS_GARBAGE, "zfs.get": b"/mnt/tank/vol\n"})
+    bindir, state, tr = fake_tools(tmp_path, ["zfs"], {"zfs.list": ZFS_GARBAGE, "zfs.get": b"/mnt/tank/vol\n",
+                                                       "zfs.version": ZFS_VERSION})
     b = get_backend("zfs", {"tool_dir": bindir}, tr)
     refs = b.list("tank/vol")
     assert [r.ref for r in refs] == ["tank/vol@good", "tank/vol@undated"]
@@ -268,7 +273,8 @@ def test_zfs_garbage_listing_yields_only_this_datasets_snapshots(tmp_path):
 
 def test_zfs_snapshot_that_never_appears_is_a_backend_error(tmp_path):
     """`zfs snapshot` exits 0 but the listing does not show it: not a ref to nothing."""
-    bindir, state, tr = fake_tools(tmp_path, ["zfs"], {"zfs.list": b"garbage\n", "zfs.get": b"/mnt/x\n"})
+    bindir, state, tr = fake_tools(tmp_path, ["zfs"], {"zfs.list": b"garbage\n", "zfs.get": b"/mnt/x\n",
+                                                       "zfs.version": ZFS_VERSION})
     b = get_backend("zfs", {"tool_dir": bindir}, tr)
     with pytest.raises(errors.BackendError) as ei:
         b.create("tank/vol", "slurm-snap-1-2-3")
@@ -296,15 +302,26 @@ def test_gpfs_garbage_listing_is_empty_and_create_fails_cleanly(tmp_path):
     assert "mmlssnapshot does not list it" in str(ei.value) and "slurm-snap-1-2-3" in str(ei.value)
 
 
-@pytest.mark.parametrize("backend,tools,opts,volume", [
-    ("zfs", ["zfs"], {}, "tank/vol"),
-    ("gpfs", ["mmcrsnapshot", "mmlssnapshot", "mmdelsnapshot", "mmlsfileset"], {"device": "fs1"}, "fs1set"),
+@pytest.mark.parametrize("backend,tools,opts,volume,sane", [
+    # zfs answers its dialect probe sanely (noise there is the next test's case)
+    ("zfs", ["zfs"], {}, "tank/vol", {"zfs.version": ZFS_VERSION}),
+    ("gpfs", ["mmcrsnapshot", "mmlssnapshot", "mmdelsnapshot", "mmlsfileset"], {"device": "fs1"}, "fs1set", {}),
 ])
-def test_binary_noise_from_every_tool_is_never_an_internal_error(tmp_path, backend, tools, opts, volume):
+def test_binary_noise_from_every_tool_is_never_an_internal_error(tmp_path, backend, tools, opts, volume, sane):
     noise = bytes(range(256)) * 64 + b"\n:::@@@\t\t\n"
-    bindir, state, tr = fake_tools(tmp_path, tools, {t: noise for t in tools})
+    bindir, state, tr = fake_tools(tmp_path, tools, {**{t: noise for t in tools}, **sane})
     b = get_backend(backend, {"tool_dir": bindir, **opts}, tr)
     assert b.list(volume) == []
     with pytest.raises(errors.SnapError) as ei:
         b.create(volume, "slurm-snap-1-2-3")
     assert ei.value.exit_code == errors.BACKEND
+
+
+def test_binary_noise_from_zfs_version_is_a_backend_error_not_a_guess(tmp_path):
+    noise = bytes(range(256)) * 64 + b"\n:::@@@\t\t\n"
+    bindir, state, tr = fake_tools(tmp_path, ["zfs"], {"zfs": noise})
+    b = get_backend("zfs", {"tool_dir": bindir}, tr)
+    with pytest.raises(errors.BackendError) as ei:
+        b.list("tank/vol")
+    assert "zfs version" in str(ei.value) and ei.value.exit_code == errors.BACKEND
+    assert (state / "calls").read_text().splitlines() == ["zfs version"]  # nothing run in a guessed dialect
