@@ -90,8 +90,10 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
     return out
 
 
-# GraceTime must hold the slowest checkpoint seen, with room for the model to
-# grow and for the signal's own delivery: half again plus a fixed margin.
+# GraceTime must hold the slowest checkpoint seen with room for the model to
+# grow: less than half again is a problem (the next, slightly slower
+# checkpoint ends crash-consistent); the suggestion adds a fixed margin for the
+# signal's own delivery.
 GRACE_HEADROOM, GRACE_MARGIN = 1.5, 10
 
 
@@ -103,7 +105,8 @@ def check_grace_observed(cfg: Config, partitions: list[dict[str, str]],
                          observed: dict[str, list[tuple[float, str]]], days: int) -> list[Finding]:
     """Each preempting partition's GraceTime against the checkpoint times its
     preemptions took (first signal -> last acknowledgement, from the
-    inventory). Too short a GraceTime turns the slow checkpoints into
+    inventory): a problem when it is under the slowest x 1.5, with the
+    suggestion slowest x 1.5 + 10 s either way. Too short a GraceTime turns the slow checkpoints into
     crash-consistent sets; with protocol.early_release a longer one costs
     nothing for jobs that finish their checkpoint, since they give their
     nodes back at once."""
@@ -123,7 +126,7 @@ def check_grace_observed(cfg: Config, partitions: list[dict[str, str]],
         want = suggest_grace(slowest)
         seen = (f"slowest checkpoint of {len(times)} preemption(s) in {days} days: {slowest:.1f} s"
                 + (f", {short} not app-consistent" if short else ""))
-        out.append(Finding(grace >= want, f"partition {name}: GraceTime {grace} s holds the observed "
+        out.append(Finding(grace >= slowest * GRACE_HEADROOM, f"partition {name}: GraceTime {grace} s holds the observed "
                                           f"checkpoints ({seen}; suggested at least {want} s)",
                            f"raise GraceTime of {name} to {want} s (slowest {slowest:.1f} s x {GRACE_HEADROOM:g} "
                            f"+ {GRACE_MARGIN} s)" + ("; with protocol.early_release the nodes still come back "

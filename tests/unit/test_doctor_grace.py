@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from slurm_snap import config, doctor
 from slurm_snap.cli import doctor_cmd
 from slurm_snap.inventory.repository import Inventory
@@ -30,6 +32,14 @@ def test_a_short_gracetime_fails_and_names_the_suggestion():
         "41.0 s, 1 not app-consistent" in gpu.what
     assert gpu.fix.startswith("raise GraceTime of gpu to 72 s") and "early_release" in gpu.fix
     assert cpu.ok and "suggested at least 16 s" in cpu.what
+
+
+@pytest.mark.parametrize("slowest, ok", [(19.0, True), (20.0, True), (21.0, False)])
+def test_a_problem_only_under_half_again_the_slowest(slowest, ok):
+    """GraceTime 30 s: a 20 s checkpoint still has its 1.5x; a 21 s one has not.
+    The suggestion (slowest x 1.5 + 10 s) is given either way."""
+    (f,) = doctor.check_grace_observed(config.from_dict({}), PARTS[1:2], {"cpu": [(slowest, "app-consistent")]}, 30)
+    assert f.ok is ok and f"suggested at least {doctor.suggest_grace(slowest)} s" in f.what
 
 
 def test_a_partition_never_preempted_is_not_judged():
