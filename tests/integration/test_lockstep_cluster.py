@@ -109,6 +109,9 @@ def _snapshot(cluster, jid: int) -> dict:
     return res
 
 
+LOSS = re.compile(r"^step \d+ loss [\d.]+$")
+
+
 def _steps_after(log: Path, step: int) -> int:
     return sum(int(n) > step for n in re.findall(r"^step (\d+) loss", _text(log), re.M))
 
@@ -137,7 +140,8 @@ def _preempt_and_resume(cluster, jid: int, log: Path, world: int = 6) -> tuple[i
         after = text[text.find("resumed from step"):] if "resumed from step" in text else ""
         firsts = {r for s, r, _h in PARAMS.findall(after) if int(s) == step + 1}
         return len(RESUMED.findall(text)) >= world and len(firsts) >= world
-    _wait(resumed, 240, lambda: f"requeued run did not resume every rank:\n{_text(log)[-4000:]}")
+    _wait(resumed, 240, lambda: "requeued run did not resume every rank; the log without its loss lines:\n"
+          + "\n".join(ln for ln in _text(log).splitlines() if not LOSS.match(ln))[-6000:])
     text = _text(log)
     got = RESUMED.findall(text)
     assert len(got) >= world and before == 0
