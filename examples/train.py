@@ -54,9 +54,19 @@ STEP_DIR = re.compile(r"^step-(\d+)$")
 MODEL = "model.pt"
 
 
+def say(line: str, stream=None) -> None:
+    """One write per line. torchrun's workers on a node share one pipe, and
+    print() writes the text and its newline separately: under load two
+    workers' lines merged into one ("step 835 loss 0.51step 835 loss 0.54"),
+    and a line the drills and tests read was lost in it."""
+    stream = stream or sys.stdout
+    stream.write(line + "\n")
+    stream.flush()
+
+
 def log(message: str) -> None:
     # stdout carries the lines the tests and the drills read; the rest is for humans.
-    print(f"train.py: {message}", file=sys.stderr, flush=True)
+    say(f"train.py: {message}", sys.stderr)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -333,7 +343,7 @@ def main(argv=None) -> int:
             signal.signal(snap.parse_signal(name), signal.SIG_IGN)
     else:
         ckpt.install()
-    print(f"rank {ckpt.rank} pid {os.getpid()} node {ckpt.node} world {ckpt.world_size or 1}", flush=True)
+    say(f"rank {ckpt.rank} pid {os.getpid()} node {ckpt.node} world {ckpt.world_size or 1}")
     grouped = init_group(ckpt, args)
     ckpt_dir = os.path.abspath(args.ckpt_dir) if args.ckpt_dir else default_ckpt_dir(ckpt)
     os.makedirs(ckpt_dir, exist_ok=True)
@@ -344,7 +354,7 @@ def main(argv=None) -> int:
     source = resume_source(args, ckpt, ckpt_dir)
     if source is not None:
         start = load_checkpoint(source, model, optimizer)
-        print(f"resumed from step {start} ({source})", flush=True)
+        say(f"resumed from step {start} ({source})")
     train_model = nn.parallel.DistributedDataParallel(model) if grouped else model
 
     loss_fn = nn.MSELoss()
@@ -354,9 +364,9 @@ def main(argv=None) -> int:
             loss = loss_fn(train_model(x), y)
             loss.backward()
             optimizer.step()
-            print(f"step {step} loss {loss.item():.6f}", flush=True)
+            say(f"step {step} loss {loss.item():.6f}")
             if source is not None and step == start + 1:
-                print(f"params step {step} rank {ckpt.rank} {params_digest(model)}", flush=True)
+                say(f"params step {step} rank {ckpt.rank} {params_digest(model)}")
                 snap.mark_first_step(step)
             action = ckpt.decide(step)
             if action.stop:
@@ -368,7 +378,7 @@ def main(argv=None) -> int:
                     files = None
                 else:
                     files = save_checkpoint(args, ckpt_dir, ckpt.rank, step, model, optimizer)
-                print(f"params step {step} rank {ckpt.rank} {params_digest(model)}", flush=True)
+                say(f"params step {step} rank {ckpt.rank} {params_digest(model)}")
                 if not ckpt.enabled:
                     log(f"checkpoint at step {step} saved; no barrier directory, not acknowledging")
                     continue

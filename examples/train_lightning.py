@@ -30,6 +30,13 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 
+def say(line: str) -> None:
+    """One write per line (as examples/train.py): print() writes the newline
+    separately, and ranks sharing a pipe then merge their lines."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 class Samples(Dataset):
     def __init__(self, n: int, seed: int):
         gen = torch.Generator().manual_seed(seed)
@@ -53,7 +60,7 @@ class Regression(L.LightningModule):
         x, y = batch
         loss = nn.functional.mse_loss(self.net(x), y)
         # global_step counts finished optimizer steps: this one is the next.
-        print(f"step {self.global_step + 1} loss {loss.item():.6f}", flush=True)
+        say(f"step {self.global_step + 1} loss {loss.item():.6f}")
         if self.step_time:
             time.sleep(self.step_time)
         return loss
@@ -83,7 +90,7 @@ def main(argv=None) -> int:
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[snap])
     resume = snap.resume_path()
     if resume is not None:
-        print(f"resumed from step {snap.resumed_step} ({resume})", flush=True)
+        say(f"resumed from step {snap.resumed_step} ({resume})")
     data = DataLoader(Samples(64 * 512, seed=7), batch_size=64, shuffle=False)
     trainer.fit(Regression(args.step_time), data, ckpt_path=resume)
     return 0
