@@ -10,8 +10,9 @@ iproute2 util-linux"
 # page (tests/unit/test_manpage_completion.py); zfs-fuse (Debian's ZFS in
 # FUSE) for the zfs backend's real conformance cases: its postinst cannot
 # start the daemon either, the tests start their own and stop it by PID
-# (tests/integration/fs.py).
-TEST_PACKAGES="prometheus groff-base man-db zfs-fuse"
+# (tests/integration/fs.py); systemd for `systemd-analyze verify` of etc/'s
+# timer and service (already there on most machines).
+TEST_PACKAGES="prometheus groff-base man-db zfs-fuse systemd"
 # The one place that names the venv the hooks, the SPANK plugin's helper=,
 # tests, the demo and benchmarks run. Two developers (or a developer and CI) on
 # one machine each set their own, so one's reinstall cannot break the other's

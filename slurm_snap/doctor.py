@@ -106,10 +106,10 @@ def check_grace_observed(cfg: Config, partitions: list[dict[str, str]],
     """Each preempting partition's GraceTime against the checkpoint times its
     preemptions took (first signal -> last acknowledgement, from the
     inventory): a problem when it is under the slowest x 1.5, with the
-    suggestion slowest x 1.5 + 10 s either way. Too short a GraceTime turns the slow checkpoints into
-    crash-consistent sets; with protocol.early_release a longer one costs
-    nothing for jobs that finish their checkpoint, since they give their
-    nodes back at once."""
+    suggestion slowest x 1.5 + 10 s either way. Too short a GraceTime turns
+    the slow checkpoints into crash-consistent sets; with
+    protocol.early_release a longer one costs nothing for jobs that finish
+    their checkpoint, since they give their nodes back at once."""
     out: list[Finding] = []
     for p in partitions:
         if p.get("PreemptMode", "").upper() not in ("REQUEUE", "CANCEL"):
@@ -126,12 +126,12 @@ def check_grace_observed(cfg: Config, partitions: list[dict[str, str]],
         want = suggest_grace(slowest)
         seen = (f"slowest checkpoint of {len(times)} preemption(s) in {days} days: {slowest:.1f} s"
                 + (f", {short} not app-consistent" if short else ""))
-        out.append(Finding(grace >= slowest * GRACE_HEADROOM, f"partition {name}: GraceTime {grace} s holds the observed "
-                                          f"checkpoints ({seen}; suggested at least {want} s)",
-                           f"raise GraceTime of {name} to {want} s (slowest {slowest:.1f} s x {GRACE_HEADROOM:g} "
-                           f"+ {GRACE_MARGIN} s)" + ("; with protocol.early_release the nodes still come back "
-                                                     "as soon as every rank has acknowledged"
-                                                     if cfg.protocol.early_release else "")))
+        fix = f"raise GraceTime of {name} to {want} s (slowest {slowest:.1f} s x {GRACE_HEADROOM:g} + {GRACE_MARGIN} s)"
+        if cfg.protocol.early_release:
+            fix += "; with protocol.early_release the nodes still come back as soon as every rank has acknowledged"
+        out.append(Finding(grace >= slowest * GRACE_HEADROOM,
+                           f"partition {name}: GraceTime {grace} s holds the observed checkpoints "
+                           f"({seen}; suggested at least {want} s)", fix))
     return out
 
 

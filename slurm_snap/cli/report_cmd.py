@@ -149,13 +149,13 @@ def _fields(fmt: str | None, long_: bool, by_user: bool, snapshots: bool):
 
 def describe_filter(f, tz) -> str:
     """-v: the selection as report applied it, times in the zone it prints in."""
+    from ..report.jsonout import job_labels
     from ..report.slurmtime import format_time
 
     def listed(items) -> str:
         return ",".join(str(i) for i in items) or "any"
 
-    jobs = [str(j) for j in f.job_ids] + [f"{j}.{rc}" for j, rc in f.job_runs]
-    return (f"report: jobs {listed(jobs)}; users {listed(f.users)}; states {listed(f.states)}; "
+    return (f"report: jobs {listed(job_labels(f))}; users {listed(f.users)}; states {listed(f.states)}; "
             f"partitions {listed(f.partitions)}; requested from {format_time(f.start, tz) or 'any time'} "
             f"to {format_time(f.end, tz) or 'now'}")
 

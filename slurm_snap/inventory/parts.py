@@ -64,15 +64,15 @@ class PartQueries:
                           signalled_at=a.signalled_at)
                 for a in self.acks(set_id)]
 
-    def first_signalled(self, set_id: int) -> dt.datetime | None:
-        """The earliest moment a rank of the set says its checkpoint signal
-        reached it: the observed request time of a preemption."""
-        return self.s.scalar(select(func.min(BarrierAck.signalled_at)).where(BarrierAck.set_id == set_id))
-
-    def last_acknowledged(self, set_id: int) -> dt.datetime | None:
-        """When the set's last recorded acknowledgement was written (its rank's
-        clock): a preemption's barrier time, which the Epilogs see only later."""
-        return self.s.scalar(select(func.max(BarrierAck.written_at)).where(BarrierAck.set_id == set_id))
+    def ack_span(self, set_id: int) -> tuple[dt.datetime | None, dt.datetime | None]:
+        """(first signal, last acknowledgement) of the set's recorded acks, by
+        the ranks' clocks: the earliest moment a rank says its checkpoint
+        signal reached it (a preemption's observed request time) and when
+        the last acknowledgement was written (its barrier time, which the
+        Epilogs see only later). One scan."""
+        first, last = self.s.execute(select(func.min(BarrierAck.signalled_at), func.max(BarrierAck.written_at))
+                                     .where(BarrierAck.set_id == set_id)).one()
+        return first, last
 
     def acks(self, set_id: int) -> list[BarrierAck]:
         return list(self.s.scalars(select(BarrierAck).where(BarrierAck.set_id == set_id)

@@ -96,7 +96,7 @@ def _open_set(repo, cfg, job, *, preempt_time: dt.datetime | None, now: dt.datet
                                   wanted=_wanted(run), deadline=_deadline(cfg, now), owner=PREEMPT_OWNER,
                                   requested_at=requested)
     if not created and preempt_time is not None and st.state in S.ACTIVE \
-            and repo.first_signalled(st.id) is None:
+            and repo.ack_span(st.id)[0] is None:
         # Slurm's PreemptTime is a guess at the request; once a rank said when
         # its signal came (cutting() below), the observation stands.
         fields = {}
@@ -195,19 +195,21 @@ class LocalRecorder:
         with self.inv.session() as repo:
             st = repo.get_set(set_id, lock=True)
             repo.record_acks(set_id, [a if isinstance(a, AckRecord) else from_json(AckRecord, a) for a in acks])
-            observed = repo.first_signalled(set_id)
-            if observed is not None and st.state in S.ACTIVE and (st.requested_at != observed
-                                                                  or st.signalled_at != observed):
+            observed, last = repo.ack_span(set_id)
+            fields = {}
+            if observed is not None:
                 # The request time of a preemption is when the first rank got
                 # the signal, as the ranks observed it, not PreemptTime less
                 # GraceTime less a slack (Slurm shows the kill's time there).
-                repo.update_set(set_id, requested_at=observed, signalled_at=observed)
-            last = repo.last_acknowledged(set_id)
-            if last is not None and st.state in S.ACTIVE and st.barrier_at != last:
-                # The barrier time of a preemption is the last acknowledgement
-                # as written (each node's Epilog adds its own); with the
-                # request time above it is the checkpoint time GraceTime must hold.
-                repo.update_set(set_id, barrier_at=last)
+                fields.update(requested_at=observed, signalled_at=observed)
+            if last is not None:
+                # Its barrier time is the last acknowledgement as written (each
+                # node's Epilog adds its own); with the request time it is the
+                # checkpoint time GraceTime must hold.
+                fields.update(barrier_at=last)
+            changed = {k: v for k, v in fields.items() if getattr(st, k) != v}
+            if changed and st.state in S.ACTIVE:
+                repo.update_set(set_id, **changed)
             if st.state in (S.PENDING, S.QUIESCING):
                 repo.transition(set_id, S.CUTTING, at=self.clock())
             elif st.state != S.CUTTING:

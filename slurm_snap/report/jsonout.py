@@ -26,6 +26,11 @@ def envelope(command: str) -> dict[str, Any]:
             "errors": []}
 
 
+def job_labels(f) -> list[str]:
+    """A filter's jobs as the user wrote them: JOB, JOB.RESTART."""
+    return [str(j) for j in f.job_ids] + [f"{j}.{rc}" for j, rc in f.job_runs]
+
+
 def _run_fields(r: SetRow) -> dict[str, Any]:
     """The job run a row is about, the same in a set's document and an unprotected run's."""
     m = r.m
@@ -96,7 +101,7 @@ def report_doc(rows: list[SetRow], *, now: dt.datetime, f) -> dict[str, Any]:
         "version": VERSION,
         "generated_at": iso_utc(now),
         "filter": {
-            "jobs": [str(j) for j in f.job_ids] + [f"{j}.{rc}" for j, rc in f.job_runs],
+            "jobs": job_labels(f),
             "users": list(f.users),
             "states": list(f.states),
             "partitions": list(f.partitions),

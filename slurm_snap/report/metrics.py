@@ -32,7 +32,6 @@ import os
 from .. import __version__
 from ..errors import BadValueError
 from ..fsio import atomic_write
-from ..inventory.failures import reason_class  # noqa: F401  (re-exported: the label rule)
 
 PHASES = ("signal", "quiesce", "cut", "finalize", "total", "release")
 

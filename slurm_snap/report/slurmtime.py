@@ -226,6 +226,14 @@ def _two(at, off: int) -> int | None:
     return (a - 0x30) * 10 + b - 0x30 if 0x30 <= a <= 0x39 and 0x30 <= b <= 0x39 else None
 
 
+def _one_or_two(value: int, at, off: int) -> tuple[int, int]:
+    """A number whose first digit (`value`) was read at off - 1: one more
+    digit at off joins it, as libslurm reads months, days and hours."""
+    if 0x30 <= at(off) <= 0x39:
+        return value * 10 + at(off) - 0x30, off + 1
+    return value, off
+
+
 def _clock(s: bytes, off: int, at) -> tuple[int, int, int, int]:
     """HH:MM[:SS][ ][AM|PM] at off: (last position used, hour, minute, second)."""
     hr = at(off) - 0x30
@@ -285,21 +293,13 @@ def _date(s: bytes, off: int, at) -> tuple[int, int, int, int | None]:
         off += 5
         # libslurm does not check the month's first character is a digit;
         # the range check and the day's position refuse every non-digit.
-        mon = _signed(at(off)) - 0x30
-        off += 1
-        if 0x30 <= at(off) <= 0x39:
-            mon = mon * 10 + at(off) - 0x30
-            off += 1
+        mon, off = _one_or_two(_signed(at(off)) - 0x30, at, off + 1)
         if not 1 <= mon <= 12:
             raise _Invalid(off - 2, "the month is not 1-12")
         off += 1
         day, off = _day(at, off)
         return off - 1, mon, day, yr
-    mon = at(off) - 0x30
-    off += 1
-    if 0x30 <= at(off) <= 0x39:
-        mon = mon * 10 + at(off) - 0x30
-        off += 1
+    mon, off = _one_or_two(at(off) - 0x30, at, off + 1)
     if not 1 <= mon <= 12:
         raise _Invalid(off - 2, "the month is not 1-12 (dates are MM/DD[/YY])")
     if at(off) in (0x2E, 0x2F):
@@ -320,11 +320,7 @@ def _date(s: bytes, off: int, at) -> tuple[int, int, int, int | None]:
 def _day(at, off: int) -> tuple[int, int]:
     if not 0x30 <= at(off) <= 0x39:
         raise _Invalid(off, "the day is missing")
-    day = at(off) - 0x30
-    off += 1
-    if 0x30 <= at(off) <= 0x39:
-        day = day * 10 + at(off) - 0x30
-        off += 1
+    day, off = _one_or_two(at(off) - 0x30, at, off + 1)
     if not 1 <= day <= 31:
         raise _Invalid(off - 2, "the day is not 1-31")
     return day, off

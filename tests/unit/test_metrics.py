@@ -10,7 +10,8 @@ from slurm_snap import __version__, errors
 from slurm_snap import states as S
 from slurm_snap.inventory.repository import Inventory
 from slurm_snap.cli import metrics_cmd
-from slurm_snap.report.metrics import Exposition, escape_label, reason_class
+from slurm_snap.inventory.failures import reason_class
+from slurm_snap.report.metrics import Exposition, escape_label
 from test_report_seed import ALICE, ROOT, invoke, report_pg_server, seeded  # noqa: F401  (fixtures)
 
 EXPECTED = """\
