@@ -12,9 +12,11 @@ uses it inside training processes).
             <node>.<rank>.json                 a rank's acknowledgement (client/ack.py)
         release/        root:<job gid> 0750
             <epoch>     coordinator/Epilog -> ranks   the snapshot is cut: go on
-        notice/         root:<job gid> 0750
-            <node>      Prolog -> the job's output    why that node runs (part of) the job
-                                                      unprotected; the SPANK plugin prints it
+        prolog/         root:<job gid> 0750
+            <restart>/  root:<job gid> 0750           one per run of the job (requeues keep the id)
+                <node>  Prolog -> the job's output    this node's Prolog is done; non-empty: why the
+                                                      node runs (part of) the job unprotected. The
+                                                      SPANK plugin waits for every node's, then prints
 
 Only the job's user (and root) can write acknowledgements, so one job cannot
 forge another's. Root never follows a link here: directories are checked
@@ -39,9 +41,9 @@ REQUEST_FILE = "request.json"
 RESUME_FILE = "resume.json"
 ACK_DIR = "ack"
 RELEASE_DIR = "release"
-NOTICE_DIR = "notice"
+PROLOG_DIR = "prolog"
 # What the SPANK plugin copies into the job's output is bounded (spank/remote.c
-# reads at most this much of each node's notice).
+# reads at most this much of each node's file).
 MAX_NOTICE = 2048
 
 # Epochs and node names become file names (release/<epoch>, ack/<node>.<rank>.json):
@@ -196,15 +198,26 @@ class JobDir:
     def write_resume(self, data: dict) -> str:
         return self._write(self.path, RESUME_FILE, data)
 
-    def write_notice(self, node: str, lines) -> str:
-        """What this node's Prolog wants the job's user told (a refused
-        volume: the job runs without its protection). Plain text, one
-        message a line; the SPANK plugin prints it in the job's output,
-        each line prefixed "slurm-snap: "."""
-        notice = os.path.join(self.path, NOTICE_DIR)
-        self._ensure_dir(notice, 0, self.gid if self.gid is not None else 0, 0o750)
+    def write_prolog_done(self, node: str, restart_count: int, lines=()) -> str:
+        """This node's Prolog has finished for this run of the job; `lines`
+        is what it wants the job's user told (a refused volume: the job runs
+        without its protection). Plain text, one message a line. The SPANK
+        plugin, in task 0 of each step, waits (bounded) until every node of
+        the job has written one, then prints the non-empty ones, each line
+        prefixed "slurm-snap: ": a step may start on one node before
+        another node's Prolog has finished (PrologFlags=Alloc runs them side
+        by side, and Slurm 22.05 launches the batch script when its own
+        node's is done). Per run, so a requeued run never prints what an
+        earlier run's nodes said."""
+        if not isinstance(restart_count, int) or isinstance(restart_count, bool) or restart_count < 0:
+            raise BadValueError(what="restart count", value=restart_count, why="expected an integer >= 0")
+        gid = self.gid if self.gid is not None else 0
+        top = os.path.join(self.path, PROLOG_DIR)
+        self._ensure_dir(top, 0, gid, 0o750)
+        run = os.path.join(top, str(restart_count))
+        self._ensure_dir(run, 0, gid, 0o750)
         text = "".join(line.replace("\n", " ") + "\n" for line in lines).encode()[:MAX_NOTICE]
-        return atomic_write(os.path.join(notice, check_name("node name", node)), text, mode=0o640,
+        return atomic_write(os.path.join(run, check_name("node name", node)), text, mode=0o640,
                             durable=False, gid=self.gid, nofollow=True)
 
     # -- readers (the ranks' side) ----------------------------------------------

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "slurm_snap.h"
@@ -46,16 +47,25 @@ int snap_remote_user_init(spank_t sp)
 }
 
 /* What the nodes' Prologs left for the job's user; see slurm_snap/jobdir.py. */
-#define NOTICE_SUBDIR "notice"
+#define PROLOG_SUBDIR "prolog"
 #define NOTICE_MAX 2048       /* jobdir.MAX_NOTICE: bytes read of each node's file */
 #define NOTICE_FILES 64       /* nodes named; the rest are counted */
+/*
+ * How long task 0 waits for the other nodes' Prologs. Slurm starts a step's
+ * tasks on a node once that node's Prolog is done (PrologFlags=Alloc runs
+ * every node's at allocation, side by side), so the others are normally a
+ * few hundred ms behind at most; a node whose Prolog died before writing
+ * its file costs each step this long, once, and is named.
+ */
+#define PROLOG_WAIT_MS 15000
+#define PROLOG_POLL_MS 50
 
 static int by_name(const void *a, const void *b)
 {
 	return strcmp(*(char *const *) a, *(char *const *) b);
 }
 
-/* One node's notice, each line prefixed; control characters shown as '?'. */
+/* One node's file, each line prefixed; control characters shown as '?'. */
 static void print_notice(int dfd, const char *name)
 {
 	char buf[NOTICE_MAX + 1];
@@ -83,20 +93,66 @@ static void print_notice(int dfd, const char *name)
 	}
 }
 
+/* A small non-negative integer from the job's environment, else `fallback`. */
+static long job_env_number(spank_t sp, const char *name, long fallback)
+{
+	char buf[32], *end;
+	long v;
+
+	if (spank_getenv(sp, name, buf, sizeof(buf)) != ESPANK_SUCCESS || !buf[0])
+		return fallback;
+	v = strtol(buf, &end, 10);
+	return (*end || v < 0) ? fallback : v;
+}
+
+/* Entries of the run's prolog directory that are nodes' files (not temporaries). */
+static int count_files(const char *dir)
+{
+	int n = 0;
+	struct dirent *e;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d;
+
+	if (dfd < 0)
+		return -1;
+	if (!(d = fdopendir(dfd))) {
+		close(dfd);
+		return -1;
+	}
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
 /*
  * Task context (the task itself, as the user, its stdio the job's output):
- * print what the nodes' Prologs left in <barrier dir>/<job>/notice/ -- a
- * declared volume they refused, so the job runs without its snapshots and
- * the user must hear of it. Task 0 of each step only, so a step of many ranks
- * says it once. Bounded reads, no link followed, nothing here can fail a task.
+ * print what the nodes' Prologs left in <barrier dir>/<job>/prolog/<run>/ --
+ * a declared volume they refused, so the job runs without its snapshots and
+ * the user must hear of it. Each node's Prolog writes its file (empty when
+ * all was well) when it is done; this waits, bounded, until every node of
+ * the job has one, since a step can start on this node before another
+ * node's Prolog has finished. Task 0 of each step only, so a step of many
+ * ranks says it once. Bounded reads, no link followed, nothing here fails a task.
  */
 int snap_remote_task_init(spank_t sp)
 {
-	char barrier[PATH_MAX], dir[PATH_MAX];
+	char barrier[PATH_MAX], dir[PATH_MAX], node[256];
 	char *names[NOTICE_FILES];
 	uint32_t task = 1, job = 0;
 	struct dirent *e;
-	int n = 0, more = 0, dfd, len;
+	int n = 0, more = 0, dfd, len, have;
+	long nodes, restart, deadline;
+	struct stat st;
 	DIR *d;
 
 	if (spank_get_item(sp, S_TASK_GLOBAL_ID, &task) != ESPANK_SUCCESS || task != 0)
@@ -107,12 +163,41 @@ int snap_remote_task_init(spank_t sp)
 	if (spank_getenv(sp, RESULT_PREFIX "BARRIER_DIR", barrier, sizeof(barrier)) != ESPANK_SUCCESS ||
 	    barrier[0] != '/')
 		return 0;
-	len = snprintf(dir, sizeof(dir), "%s/%u/" NOTICE_SUBDIR, barrier, job);
+	/* The job's environment has SLURM_RESTART_COUNT from its first requeue on. */
+	restart = job_env_number(sp, "SLURM_RESTART_COUNT", 0);
+	nodes = job_env_number(sp, "SLURM_JOB_NUM_NODES", job_env_number(sp, "SLURM_NNODES", 1));
+	len = snprintf(dir, sizeof(dir), "%s/%u/" PROLOG_SUBDIR "/%ld", barrier, job, restart);
 	if (len < 0 || (size_t) len >= sizeof(dir))
 		return 0;
+	/*
+	 * This node's Prolog was done before this task started: without its file
+	 * the slurm-snap Prolog did not run here (or died before the barrier
+	 * directory was usable), and no other node's is worth waiting for.
+	 */
+	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) == ESPANK_SUCCESS && node[0] &&
+	    !strchr(node, '/')) {
+		char own[PATH_MAX];
+
+		len = snprintf(own, sizeof(own), "%s/%s", dir, node);
+		if (len > 0 && (size_t) len < sizeof(own) && lstat(own, &st) < 0) {
+			dprintf(STDERR_FILENO, PREFIX "the Prolog on %s left no word for job %u (is the slurm-snap "
+				"Prolog configured there?); its volumes there may be unprotected\n", node, job);
+			return 0;
+		}
+	}
+	deadline = now_ms() + PROLOG_WAIT_MS;
+	while ((have = count_files(dir)) < nodes && now_ms() < deadline) {
+		struct timespec pause = {0, PROLOG_POLL_MS * 1000000L};
+
+		nanosleep(&pause, NULL);
+	}
+	if (have < nodes)
+		dprintf(STDERR_FILENO, PREFIX "%ld of %ld nodes' Prologs had not finished after %d s; what they "
+			"found is in `slurm-snap show %u`\n", nodes - (have < 0 ? 0 : have), nodes,
+			PROLOG_WAIT_MS / 1000, job);
 	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
-		return 0;   /* no notice: every volume was prepared */
+		return 0;
 	d = fdopendir(dfd);
 	if (!d) {
 		close(dfd);
@@ -120,7 +205,11 @@ int snap_remote_task_init(spank_t sp)
 	}
 	while ((e = readdir(d))) {
 		if (e->d_name[0] == '.')
-			continue;   /* ".", "..", the Prolog's temporaries */
+			continue;   /* ".", "..", the Prologs' temporaries */
+		/* Most nodes' files are empty (all was well): only the others are named. */
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+		    st.st_size == 0)
+			continue;
 		if (n == NOTICE_FILES || !(names[n] = strdup(e->d_name))) {
 			more++;
 			continue;

@@ -23,6 +23,7 @@ from ..inventory.records import Refusal, VolumeSpec
 from ..slurm import hooknames
 from ..slurm.jobenv import JobEnv
 from ..jobdir import JobDir
+from .policy import OverBudget
 from .volumes import check_snapshottable, parse_declaration, specs_for_job
 
 log = logging.getLogger(__name__)
@@ -66,25 +67,42 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
         # The job will not run: no notice to print, but report/show say why.
         raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
     jobdir = JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid)
-    jobdir.write_job({
-        "job_id": job.job_id, "restart_count": job.restart_count, "user": job.user, "nodes": list(job.nodes),
-        "signal": cfg.protocol.checkpoint_signal,
-        "volumes": [{"class": s.volume_class, "scope": s.scope, "node": s.node or None, "path": s.path}
-                    for s in specs]})
-    if refused:
-        # Told three ways: the job's own output (the SPANK plugin prints the
-        # notice in every step), the inventory (report/show), and the hook log.
-        jobdir.write_notice(job.node, [
-            f"prolog on {job.node} refused --snapshot-volumes {r.path}: {r.why}; the job runs without "
-            f"snapshots of it (slurm-snap show {job.job_id})" for r in refused])
-        raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
-    resumed = ""
-    if job.restart_count > 0 and job.node == job.head_node:
-        from ..protocol import preempt
+    told: list[str] = []
+    try:
+        jobdir.write_job({
+            "job_id": job.job_id, "restart_count": job.restart_count, "user": job.user, "nodes": list(job.nodes),
+            "signal": cfg.protocol.checkpoint_signal,
+            "volumes": [{"class": s.volume_class, "scope": s.scope, "node": s.node or None, "path": s.path}
+                        for s in specs]})
+        if refused:
+            # Told three ways: the job's own output (the SPANK plugin prints
+            # this node's Prolog file in every step), the inventory
+            # (report/show), and the hook log.
+            told = [f"prolog on {job.node} refused --snapshot-volumes {r.path}: {r.why}; the job runs without "
+                    f"snapshots of it (slurm-snap show {job.job_id})" for r in refused]
+            raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
+        resumed = ""
+        if job.restart_count > 0 and job.node == job.head_node:
+            from ..protocol import preempt
 
-        info = preempt.prepare_resume(cfg, inv, job)
-        resumed = f"; resume point: {info}" if info else "; no app-consistent set to resume from"
-    return f"prepared {len(mine)} volumes on {job.node}{resumed}"
+            info = preempt.prepare_resume(cfg, inv, job)
+            resumed = f"; resume point: {info}" if info else "; no app-consistent set to resume from"
+        return f"prepared {len(mine)} volumes on {job.node}{resumed}"
+    except VolumesRefused:
+        raise
+    except BaseException as exc:
+        # Whatever ended this Prolog (the policy records it), the job's steps
+        # wait for this node's file: say so there too, rather than leave
+        # them waiting out their bound in silence.
+        why = "its time budget ran out" if isinstance(exc, OverBudget) else f"{exc.__class__.__name__}: {exc}"
+        told = [f"prolog on {job.node} failed ({why}); the job may run without snapshots "
+                f"(slurm-snap show {job.job_id})"]
+        raise
+    finally:
+        try:
+            jobdir.write_prolog_done(job.node, job.restart_count, told)
+        except (OSError, SnapError) as exc:
+            log.error("job %s: prolog file for %s not written: %s", job.job_id, job.node, exc)
 
 
 def _record_refusals(cfg: Config, inv, job: JobEnv, specs: list, refused: list) -> bool:

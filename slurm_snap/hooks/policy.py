@@ -26,7 +26,7 @@ from ..errors import SnapError, Timeout
 log = logging.getLogger("slurm_snap.hooks")
 
 
-class _Budget(BaseException):
+class OverBudget(BaseException):
     """BaseException so no `except Exception` inside a hook swallows it."""
 
 
@@ -47,7 +47,7 @@ def run_hook(name: str, body: Callable[[], str | None], *, cfg=None, job_id: int
     budget = cfg.timeouts.hook_budget if cfg is not None else 25.0
 
     def on_alarm(_sig, _frame):
-        raise _Budget()
+        raise OverBudget()
 
     global _deadline
     old = signal.signal(signal.SIGALRM, on_alarm)
@@ -57,7 +57,7 @@ def run_hook(name: str, body: Callable[[], str | None], *, cfg=None, job_id: int
         summary = body()
         _log_line(cfg, name, job_id, node, "ok", summary or "")
         return 0
-    except _Budget:
+    except OverBudget:
         err: BaseException = Timeout(what=f"hook {name}", seconds=budget)
         detail = str(err)
     except SnapError as exc:

@@ -5,6 +5,7 @@ Valid submissions use --hold so no job runs; they are cancelled right away.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -282,11 +283,29 @@ def test_sbatch_help_is_what_etc_readme_shows(cluster):
     assert norm(shown) in norm(proc.stdout), proc.stdout
 
 
-def test_a_prolog_refusal_is_told_in_the_jobs_output_in_report_and_in_show(cluster):
-    """Item 3: a node-local path the submit host cannot see is a link to /etc on
-    n2 only (a volume on n1). sbatch accepts it; n2's Prolog refuses it; the
-    job runs, and its output (batch step and srun step), `report` and `show`
-    say so, through the user's own commands on login."""
+@contextlib.contextmanager
+def _prolog_on_n2_first(cluster, line: str):
+    """Every node of the dev cluster runs one Prolog script file; for the
+    duration, `line` runs first in it on n2 only (slurmd execs the file anew
+    for each job, and the swap is a rename)."""
+    script = cluster.state / "libexec" / "slurm-snap-prolog"
+    original = script.read_text()
+    assert original.startswith("#!/bin/sh\n"), original[:40]
+    first, rest = original.split("\n", 1)
+    tmp = script.with_name(script.name + ".test")
+    tmp.write_text(f'{first}\n[ "$SLURMD_NODENAME" = n2 ] && {{ {line}; }}\n{rest}')
+    tmp.chmod(0o755)
+    os.rename(tmp, script)
+    try:
+        yield
+    finally:
+        tmp.write_text(original)
+        tmp.chmod(0o755)
+        os.rename(tmp, script)
+
+
+def _refused_on_n2(cluster):
+    """A declared path that is a volume on n1 and a link to /etc on n2."""
     name = f"vol-{time.monotonic_ns()}"
     path = f"{cluster.scratch}/users/{cluster.user}/{name}"
     uid, gid = user_ids(cluster.user)
@@ -296,6 +315,46 @@ def test_a_prolog_refusal_is_told_in_the_jobs_output_in_report_and_in_show(clust
     n2 = cluster.disk("n2") / "users" / cluster.user / name
     os.symlink("/etc", n2)
     os.lchown(n2, uid, gid)
+    return path
+
+
+def test_a_late_prolog_on_another_node_is_still_told_in_the_batch_output(cluster):
+    """Slurm 22.05 starts the batch script once the batch host's Prolog is
+    done, not every node's: n2's Prolog, 3 s late here, refuses the path; the
+    batch step on n1 waits for its word and prints it (CI once lost this
+    race with no delay at all)."""
+    path = _refused_on_n2(cluster)
+    out = cluster.make_user_dir(f"late-{time.monotonic_ns()}")
+    with _prolog_on_n2_first(cluster, "sleep 3"):
+        job = cluster.sbatch("-N2", "-w", "n1,n2", "-o", f"{out}/%j.out", "--snapshot-on-preempt",
+                             f"--snapshot-volumes=pfs,{path}", "--wrap", "echo batch-ran")
+        _finished(cluster, job)
+    text = (out / f"{job}.out").read_text()
+    notice = f"slurm-snap: prolog on n2 refused --snapshot-volumes {path}: {path} is a symlink"
+    assert text.count(notice) == 1 and text.index(notice) < text.index("batch-ran"), text
+    assert "had not finished" not in text, text
+
+
+def test_a_node_whose_prolog_left_no_word_is_counted_after_the_bound(cluster):
+    """n2's slurm-snap Prolog never runs (its script exits first): the batch
+    step waits its bound (15 s) and says one node did not report, instead of
+    waiting forever or saying nothing; the job still runs."""
+    out = cluster.make_user_dir(f"silent-{time.monotonic_ns()}")
+    with _prolog_on_n2_first(cluster, "exit 0"):
+        job = cluster.sbatch("-N2", "-w", "n1,n2", "-o", f"{out}/%j.out", "--snapshot-on-preempt",
+                             "--snapshot-volumes=pfs", "--wrap", "echo batch-ran")
+        _finished(cluster, job)
+    text = (out / f"{job}.out").read_text()
+    assert (f"slurm-snap: 1 of 2 nodes' Prologs had not finished after 15 s; what they found is in "
+            f"`slurm-snap show {job}`") in text and "batch-ran" in text, text
+
+
+def test_a_prolog_refusal_is_told_in_the_jobs_output_in_report_and_in_show(cluster):
+    """Item 3: a node-local path the submit host cannot see is a link to /etc on
+    n2 only (a volume on n1). sbatch accepts it; n2's Prolog refuses it; the
+    job runs, and its output (batch step and srun step), `report` and `show`
+    say so, through the user's own commands on login."""
+    path = _refused_on_n2(cluster)
     out = cluster.make_user_dir(f"refused-{time.monotonic_ns()}")
     job = cluster.sbatch("-N2", "-w", "n1,n2", "-o", f"{out}/%j.out", "--snapshot-on-preempt",
                          f"--snapshot-volumes=pfs,{path}", "--wrap", "echo batch-ran; srun -N2 -n2 /bin/true")

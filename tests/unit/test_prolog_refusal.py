@@ -93,8 +93,8 @@ def test_the_prolog_tells_the_job_records_it_and_exits_0(site, monkeypatch, caps
     assert f"refused 1 declared volume(s)" in err and repr(link(site)) in err and "is a symlink" in err
     # what could be prepared was: the job's own pfs volume
     assert (site / "root" / "pfs" / "jobs" / str(JOB)).is_dir()
-    # the notice the SPANK plugin prints in the job's output (root's file, the job's group reads it)
-    notice = site / "barriers" / str(JOB) / "notice" / "n1"
+    # the node's Prolog file the SPANK plugin prints in the job's output (root's, the job's group reads it)
+    notice = site / "barriers" / str(JOB) / "prolog" / "0" / "n1"
     text = notice.read_text()
     assert text.startswith(f"prolog on n1 refused --snapshot-volumes {link(site)}: ") and "is a symlink" in text
     assert f"slurm-snap show {JOB}" in text and text.endswith("\n") and text.count("\n") == 1
@@ -210,8 +210,47 @@ def test_a_plain_directory_on_a_btrfs_node_class_is_refused_by_the_prolog(site, 
     os.chown(plain, UID, GID)
     hook_env(monkeypatch, site, str(plain))
     assert main(["--config", str(site / "btrfs.toml"), "hook", "prolog"]) == 0
-    notice = (site / "barriers" / str(JOB) / "notice" / "n1").read_text()
+    notice = (site / "barriers" / str(JOB) / "prolog" / "0" / "n1").read_text()
     assert "not a btrfs subvolume" in notice and f"`btrfs subvolume create {plain}`" in notice
+
+
+def test_every_prolog_leaves_its_file_per_run_empty_when_all_was_well(site, monkeypatch, capsys):
+    """The SPANK plugin waits for one file per node before it prints (a step
+    may start before another node's Prolog is done): a Prolog that prepared
+    everything writes an empty one, and a requeued run writes its own, so an
+    earlier run's refusal is never printed again."""
+    hook_env(monkeypatch, site, f"pfs,{link(site)}")
+    assert main(["--config", str(site / "open.toml"), "hook", "prolog"]) == 0
+    run0 = site / "barriers" / str(JOB) / "prolog" / "0" / "n1"
+    assert "is a symlink" in run0.read_text()
+    os.unlink(f"{site}/root/scratch/users/{USER}/link")      # the user fixed it before the requeue
+    hook_env(monkeypatch, site, "pfs")
+    monkeypatch.setenv("SLURM_JOB_RESTART_COUNT", "1")
+    assert main(["--config", str(site / "open.toml"), "hook", "prolog"]) == 0, capsys.readouterr().err
+    run1 = site / "barriers" / str(JOB) / "prolog" / "1" / "n1"
+    assert run1.read_bytes() == b"" and "is a symlink" in run0.read_text()
+    st = os.stat(run1.parent)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, GID, 0o750)
+
+
+def test_a_prolog_that_fails_still_leaves_word_for_the_job(site, monkeypatch, capsys):
+    """An internal error after the job's directory exists: the policy records
+    it and exits 0, and the node's file says it failed, so the job's steps
+    neither wait out their bound nor stay silent."""
+    from slurm_snap.hooks import jobhooks
+
+    def broken(cfg, inv, job):
+        raise RuntimeError("resume lookup exploded")
+
+    monkeypatch.setattr("slurm_snap.protocol.preempt.prepare_resume", broken)
+    hook_env(monkeypatch, site, "pfs")
+    monkeypatch.setenv("SLURM_JOB_RESTART_COUNT", "2")
+    assert jobhooks.HOOKS["prolog"] is jobhooks.prolog
+    assert main(["--config", str(site / "open.toml"), "hook", "prolog"]) == 0
+    assert "internal error: RuntimeError: resume lookup exploded" in capsys.readouterr().err
+    text = (site / "barriers" / str(JOB) / "prolog" / "2" / "n1").read_text()
+    assert text == (f"prolog on n1 failed (RuntimeError: resume lookup exploded); the job may run without "
+                    f"snapshots (slurm-snap show {JOB})\n")
 
 
 def test_a_refused_volume_is_never_cut(tmp_path):
