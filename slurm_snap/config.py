@@ -122,6 +122,25 @@ class RestoreConfig:
     user_targets: bool = False
     site: str = ""
     region: str = ""
+    # The schedule runner drills every COMPLETE set of a job with a resume
+    # command within this of its cut ("" = no scheduled drills), e.g. "1h".
+    verify_within: str = ""
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    # Partition -> interval of periodic snapshots for jobs that did not ask
+    # with --snapshot-every ("*" = every partition), e.g. {"gpu" = "2h"}.
+    every: dict = field(default_factory=dict)
+    # Partition -> the shortest interval a job there gets ("*" = every
+    # partition): a job asking for less is snapshotted at this.
+    min_every: dict = field(default_factory=dict)
+    # Sets one runner pass takes at once; each start waits signal_gap
+    # seconds after the previous, so jobs due together are not signalled together.
+    concurrency: int = 4
+    signal_gap: float = 0.5
+    # Drills one runner pass runs at once, newest set first.
+    drills: int = 2
 
 
 @dataclass(frozen=True)
@@ -174,6 +193,7 @@ class Config:
     restore: RestoreConfig = RestoreConfig()
     service: ServiceConfig = ServiceConfig()
     slurm: SlurmConfig = SlurmConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
     volume_classes: tuple[VolumeClass, ...] = ()
 
     @property
@@ -187,6 +207,28 @@ class Config:
             if vc.name == name:
                 return vc
         return None
+
+    def snapshot_every(self, partition: str, asked: int | None) -> tuple[int | None, str]:
+        """Seconds between a job's periodic snapshots in `partition` when it
+        asked for `asked` (None: did not ask), and why, if not as asked: the
+        partition's default ([schedule] every) for a job that did not ask,
+        raised to the partition's minimum ([schedule] min_every). "*" is
+        the entry for every partition without its own."""
+        sch = self.schedule
+
+        def lookup(table: dict, key: str):
+            text = table.get(partition, table.get("*"))
+            return None if text is None else duration_seconds(text, key=f"schedule.{key}", path=self.path)
+
+        every, why = asked, ""
+        if every is None:
+            every = lookup(sch.every, "every")
+            if every is not None:
+                why = f"the default of partition {partition or '*'}"
+        floor = lookup(sch.min_every, "min_every")
+        if every is not None and floor is not None and every < floor:
+            every, why = floor, f"raised to partition {partition or '*'}'s minimum"
+        return every, why
 
     @property
     def signal_number(self) -> int:
@@ -204,7 +246,11 @@ _SECTIONS = {
     "restore": RestoreConfig,
     "service": ServiceConfig,
     "slurm": SlurmConfig,
+    "schedule": ScheduleConfig,
 }
+
+# Below this, periodic snapshots would do little but signal the job.
+MIN_EVERY_SECONDS = 10
 
 
 def default_path() -> str:
@@ -343,6 +389,7 @@ def _check_semantics(cfg: Config) -> None:
         if not isinstance(host, str) or not host or any(not c.isprintable() or c.isspace() for c in host):
             raise ConfigError(path=p, key=f"ssh.addresses.{node}",
                               why=f"expected a host name or address, got {host!r}")
+    _check_schedule(cfg)
     seen = set()
     for i, vc in enumerate(cfg.volume_classes):
         where = f"volume_class[{i}]"
@@ -359,6 +406,37 @@ def _check_semantics(cfg: Config) -> None:
             raise ConfigError(path=p, key=f"{where}.prefix", why="{node} is only meaningful for node-local classes")
         if vc.transport not in ("local", "ssh"):
             raise ConfigError(path=p, key=f"{where}.transport", why=f"{vc.transport!r} is not local or ssh")
+
+
+def duration_seconds(text: str, *, key: str, path: str) -> int:
+    """A configured duration in whole seconds, or a ConfigError naming the key."""
+    from .slurm.duration import parse_duration
+    from .errors import BadValueError
+
+    try:
+        return int(parse_duration(text, what=key).total_seconds())
+    except BadValueError as exc:
+        raise ConfigError(path=path, key=key, why=str(exc)) from None
+
+
+def _check_schedule(cfg: Config) -> None:
+    p, sch = cfg.path, cfg.schedule
+    for table in ("every", "min_every"):
+        for part, text in getattr(sch, table).items():
+            key = f"schedule.{table}.{part}"
+            if not isinstance(text, str):
+                raise ConfigError(path=p, key=key, why=f"expected a duration such as \"2h\", got {text!r}")
+            if duration_seconds(text, key=key, path=p) < MIN_EVERY_SECONDS:
+                raise ConfigError(path=p, key=key, why=f"{text!r} is under {MIN_EVERY_SECONDS} s")
+    if sch.concurrency < 1:
+        raise ConfigError(path=p, key="schedule.concurrency", why="must be at least 1")
+    if sch.drills < 0:
+        raise ConfigError(path=p, key="schedule.drills", why="must not be negative")
+    if sch.signal_gap < 0:
+        raise ConfigError(path=p, key="schedule.signal_gap", why="must not be negative")
+    if cfg.restore.verify_within and duration_seconds(cfg.restore.verify_within, key="restore.verify_within",
+                                                      path=p) <= 0:
+        raise ConfigError(path=p, key="restore.verify_within", why="must be positive (or \"\" for no drills)")
 
 
 def as_dict(cfg: Config) -> dict:

@@ -132,7 +132,7 @@ static void report_helper_output(char *buf)
  */
 int snap_run_validate(const struct snap_options *o, char *out, size_t out_cap)
 {
-	char *argv[12];
+	char *argv[14];
 	int n = 0, outp[2], errp[2], status = 0, timed_out;
 	char err[HELPER_STDERR_MAX];
 	struct capture cs[2];
@@ -161,6 +161,10 @@ int snap_run_validate(const struct snap_options *o, char *out, size_t out_cap)
 	if (o->resume_cmd) {
 		argv[n++] = "--resume-cmd";
 		argv[n++] = o->resume_cmd;
+	}
+	if (o->every) {
+		argv[n++] = "--every";
+		argv[n++] = o->every;
 	}
 	argv[n] = NULL;
 

@@ -46,7 +46,8 @@ static int export_result(spank_t sp, char *out)
 		/* The marker and the option variables are ours to set, not the helper's. */
 		if (!strcmp(line, "SLURM_SNAP") || !strcmp(line, "SLURM_SNAP_ON_PREEMPT") ||
 		    !strcmp(line, "SLURM_SNAP_VOLUMES") || !strcmp(line, "SLURM_SNAP_CONSISTENCY") ||
-		    !strcmp(line, "SLURM_SNAP_RESUME_CMD") || !strcmp(line, "SLURM_SNAP_INDEPENDENT"))
+		    !strcmp(line, "SLURM_SNAP_RESUME_CMD") || !strcmp(line, "SLURM_SNAP_INDEPENDENT") ||
+		    !strcmp(line, "SLURM_SNAP_EVERY"))
 			continue;
 		if (++count > MAX_RESULT_VARS) {
 			slurm_error(PREFIX "helper printed more than %d result lines", MAX_RESULT_VARS);
@@ -78,6 +79,8 @@ int snap_local_post_opt(spank_t sp, const struct snap_options *o)
 		return -1;
 	if (o->resume_cmd && snap_check_text("snapshot-resume-cmd", o->resume_cmd, 0) < 0)
 		return -1;
+	if (o->every && snap_check_text("snapshot-every", o->every, 0) < 0)
+		return -1;
 	if (snap_run_validate(o, result, sizeof(result)) < 0)
 		return -1;
 	if (export_env(sp, "SLURM_SNAP", "1") < 0)
@@ -92,6 +95,8 @@ int snap_local_post_opt(spank_t sp, const struct snap_options *o)
 	if (export_env(sp, "SLURM_SNAP_CONSISTENCY", o->consistency ? o->consistency : "app") < 0)
 		return -1;
 	if (o->resume_cmd && export_env(sp, "SLURM_SNAP_RESUME_CMD", o->resume_cmd) < 0)
+		return -1;
+	if (o->every && export_env(sp, "SLURM_SNAP_EVERY", o->every) < 0)
 		return -1;
 	if (export_result(sp, result) < 0)
 		return -1;

@@ -32,6 +32,7 @@ enum opt_id {
 	OPT_CONSISTENCY,
 	OPT_RESUME_CMD,
 	OPT_INDEPENDENT,
+	OPT_EVERY,
 };
 
 /*
@@ -65,6 +66,10 @@ static struct spank_option options[] = {
 	  "The ranks checkpoint independently (no shared model): ranks at "
 	  "different steps still make an app-consistent set.",
 	  0, OPT_INDEPENDENT, opt_cb },
+	{ "snapshot-every", "DURATION",
+	  "Also snapshot the job's declared volumes every DURATION while it "
+	  "runs (e.g. 30m, 2h; the site may raise it to a partition minimum).",
+	  1, OPT_EVERY, opt_cb },
 	SPANK_OPTIONS_TABLE_END
 };
 
@@ -100,6 +105,8 @@ static int opt_cb(int val, const char *optarg, int remote)
 	case OPT_INDEPENDENT:
 		ctx.independent = 1;
 		return 0;
+	case OPT_EVERY:
+		return set_string(&ctx.every, optarg);
 	}
 	return -1;
 }
@@ -193,6 +200,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	free(ctx.volumes);
 	free(ctx.consistency);
 	free(ctx.resume_cmd);
-	ctx.volumes = ctx.consistency = ctx.resume_cmd = NULL;
+	free(ctx.every);
+	ctx.volumes = ctx.consistency = ctx.resume_cmd = ctx.every = NULL;
 	return 0;
 }

@@ -40,6 +40,7 @@ struct snap_options {
 	char *volumes;
 	char *consistency;
 	char *resume_cmd;
+	char *every;          /* --snapshot-every, checked by the helper */
 	char helper[PATH_MAX];
 	char config[PATH_MAX];
 };

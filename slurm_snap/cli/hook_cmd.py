@@ -19,8 +19,9 @@ def command():
 @click.option("--volumes", default=None, help="The --snapshot-volumes value as given.")
 @click.option("--consistency", default=S.WANT_APP, show_default=True)
 @click.option("--resume-cmd", default="", help="The --snapshot-resume-cmd value as given.")
+@click.option("--every", default=None, help="The --snapshot-every value as given.")
 @click.pass_obj
-def validate_options(ctx, volumes, consistency, resume_cmd):
+def validate_options(ctx, volumes, consistency, resume_cmd, every):
     """Check submit-time options (run by the SPANK plugin inside sbatch, as the user)."""
     from ..hooks.volumes import validate_submit
 
@@ -30,6 +31,14 @@ def validate_options(ctx, volumes, consistency, resume_cmd):
     if len(resume_cmd) > 4096 or any(ord(c) < 0x20 for c in resume_cmd):
         raise errors.BadValueError(what="--snapshot-resume-cmd", value=resume_cmd[:80],
                                    why="longer than 4096 characters or contains control characters")
+    if every is not None:
+        from ..config import MIN_EVERY_SECONDS
+        from ..slurm.duration import parse_duration
+
+        seconds = parse_duration(every, what="--snapshot-every").total_seconds()
+        if seconds < MIN_EVERY_SECONDS:
+            raise errors.BadValueError(what="--snapshot-every", value=every,
+                                       why=f"under {MIN_EVERY_SECONDS} s: too frequent to be worth a snapshot")
     declared = validate_submit(ctx.config, items, consistency)
     # Result on stdout, one KEY=VALUE per line: the plugin copies these into
     # the job's environment so ranks find the barrier area and the signal.

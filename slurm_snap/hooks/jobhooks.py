@@ -42,12 +42,17 @@ def record_job(cfg: Config, inv, job: JobEnv) -> str:
     launch waits for no Python (prolog/slurm-snap-prolog-slurmctld)."""
     declared = parse_declaration(cfg, job.volumes)
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
+    every, why = cfg.snapshot_every(job.partition, job.every)
     with inv.session() as repo:
         run = repo.record_job_run(job_id=job.job_id, restart_count=job.restart_count, user_name=job.user,
-                                  uid=job.uid, partition=job.partition, nodes=job.nodes, options=job.options())
+                                  uid=job.uid, partition=job.partition, nodes=job.nodes, options=job.options(),
+                                  snapshot_every=every)
         repo.add_volumes(run, specs)
         repo.event("hook", f"recorded {len(specs)} volumes on {len(job.nodes)} nodes", job_id=job.job_id)
-    return f"recorded {len(specs)} volumes"
+        if every is not None:
+            asked = f" (asked {job.every} s; {why})" if why and job.every is not None else (f" ({why})" if why else "")
+            repo.event("hook", f"periodic snapshots every {every} s{asked}", job_id=job.job_id)
+    return f"recorded {len(specs)} volumes" + (f", a snapshot every {every} s" if every is not None else "")
 
 
 def prolog(cfg: Config, inv, job: JobEnv) -> str:

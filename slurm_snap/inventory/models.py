@@ -68,7 +68,7 @@ class JobRun(Base):
 
     __tablename__ = "job_run"
     __table_args__ = (UniqueConstraint("job_id", "restart_count", name="uq_job_run"),
-                      Index("ix_job_run_user", "user_name"))
+                      Index("ix_job_run_user", "user_name"), Index("ix_job_run_every", "snapshot_every"))
 
     id: Mapped[intpk]
     job_id: Mapped[int] = mapped_column(BigInteger, index=True)
@@ -79,6 +79,9 @@ class JobRun(Base):
     nodes: Mapped[list[Any]] = mapped_column(JSON, default=list)
     options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[utc]
+    # Seconds between periodic snapshots (migration 0009): --snapshot-every or
+    # the partition's default, never under its minimum; None: none taken.
+    snapshot_every: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
 
     volumes: Mapped[list["Volume"]] = relationship(back_populates="job_run", cascade="all, delete-orphan",
                                                    order_by="Volume.id")

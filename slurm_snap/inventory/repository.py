@@ -33,10 +33,12 @@ from .parts import PartQueries
 from .records import AckRecord, SetFilter, SnapshotRecord, VolumeSpec  # noqa: F401 (re-exported)
 from .reports import ReportQueries
 from .runs import RunQueries
+from .schedule import ScheduleQueries
 from .sets import SetQueries
 
 
-class Repository(RunQueries, SetQueries, PartQueries, DrillQueries, EventQueries, FailureQueries, ReportQueries):
+class Repository(RunQueries, SetQueries, PartQueries, DrillQueries, EventQueries, FailureQueries, ReportQueries,
+                 ScheduleQueries):
     def __init__(self, session: Session):
         self.s = session
 

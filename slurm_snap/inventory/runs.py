@@ -20,12 +20,14 @@ class RunQueries:
     s: Session
 
     def record_job_run(self, *, job_id: int, restart_count: int, user_name: str, uid: int,
-                       partition: str = "", nodes: Sequence[str] = (), options: dict | None = None) -> JobRun:
+                       partition: str = "", nodes: Sequence[str] = (), options: dict | None = None,
+                       snapshot_every: int | None = None) -> JobRun:
         """Idempotent: Slurm may run a hook twice; the second call updates in place."""
         run = self.s.scalar(select(JobRun).where(JobRun.job_id == job_id, JobRun.restart_count == restart_count))
         if run is None:
             run = JobRun(job_id=job_id, restart_count=restart_count, user_name=user_name, uid=uid,
-                         partition=partition, nodes=list(nodes), options=dict(options or {}), created_at=utcnow())
+                         partition=partition, nodes=list(nodes), options=dict(options or {}), created_at=utcnow(),
+                         snapshot_every=snapshot_every)
             self.s.add(run)
         else:
             run.nodes = sorted(set(run.nodes) | set(nodes)) if nodes else run.nodes
@@ -33,6 +35,8 @@ class RunQueries:
                 run.options = {**run.options, **options}
             if partition:
                 run.partition = partition
+            if snapshot_every is not None:
+                run.snapshot_every = snapshot_every
         self.s.flush()
         return run
 

@@ -114,7 +114,7 @@ class Coordinator:
         self.use_inotify = use_inotify
 
     # -- T1 -----------------------------------------------------------------
-    def _open(self, job_id: int, wanted: str, deadline_s: float):
+    def _open(self, job_id: int, wanted: str, deadline_s: float, trigger: str = "manual"):
         caller = self.caller or access.current_caller()
         with self.inv.session() as repo:
             run = repo.find_job_run(job_id)
@@ -134,14 +134,19 @@ class Coordinator:
             # The set's own deadline covers the barrier, the cut and the record:
             # past it, repair may label the set even if its owner still runs.
             overall = now + dt.timedelta(seconds=deadline_s + 2 * self.cfg.timeouts.backend_call + 10)
-            st, _ = repo.create_set(run, epoch=new_epoch(), trigger="manual", wanted=wanted,
+            st, _ = repo.create_set(run, epoch=new_epoch(), trigger=trigger, wanted=wanted,
                                     deadline=overall, owner=owner.token(), requested_at=now)
             if st.expected_parts == 0:  # raising rolls the new set back with the transaction
                 raise NotFound(what="declared volume of job", value=str(job_id))
-            self._requested_by = f"set {st.id} requested by {caller.name} ({wanted}, deadline {deadline_s:g} s)"
+            by = caller.name if trigger == "manual" else f"the schedule runner ({caller.name})"
+            self._requested_by = f"set {st.id} requested by {by} ({wanted}, deadline {deadline_s:g} s)"
             return st.id, st.epoch, now, run.id, run.uid, list(run.nodes or [])
 
-    def snapshot(self, job_id: int, *, consistency: str | None = None, deadline: float | None = None) -> Outcome:
+    def snapshot(self, job_id: int, *, consistency: str | None = None, deadline: float | None = None,
+                 trigger: str = "manual") -> Outcome:
+        """`trigger` is "manual" (slurm-snap snapshot) or "periodic" (the schedule runner)."""
+        if trigger not in ("manual", "periodic"):
+            raise BadValueError(what="trigger", value=trigger, why="an on-demand set is manual or periodic")
         wanted = consistency or self.cfg.protocol.default_consistency
         if wanted not in S.WANTED:
             raise BadValueError(what="consistency", value=wanted, why=f"must be {' or '.join(S.WANTED)}")
@@ -149,7 +154,7 @@ class Coordinator:
         if not deadline_s > 0:
             raise BadValueError(what="deadline", value=deadline, why="must be a positive number of seconds")
         t0 = time.monotonic()
-        set_id, epoch, requested_at, run_id, uid, nodes = self._open(job_id, wanted, deadline_s)
+        set_id, epoch, requested_at, run_id, uid, nodes = self._open(job_id, wanted, deadline_s, trigger)
         out = Outcome(set_id=set_id, job_id=job_id, epoch=epoch, wanted=wanted, deadline_seconds=deadline_s)
         out.phases["request"] = time.monotonic() - t0
         dirs = pool = None

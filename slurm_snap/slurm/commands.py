@@ -88,6 +88,24 @@ def squeue_job(job_id: int, timeout: float = 10.0) -> JobInfo:
     raise NotFound(what="Slurm job", value=str(job_id))
 
 
+def running_jobs(timeout: float = 10.0) -> dict[int, int]:
+    """Job id -> restart count of every RUNNING job, from one squeue call
+    (the schedule runner's one question to Slurm per pass)."""
+    out = run([tool("squeue"), "--json"], timeout=timeout)
+    return running_from_json(out)
+
+
+def running_from_json(text: str) -> dict[int, int]:
+    running = {}
+    for job in json.loads(text).get("jobs", []):
+        state = job.get("job_state", "")
+        # 22.05 prints a string; 23.02 and later a list of flags.
+        states = state if isinstance(state, list) else [state]
+        if "RUNNING" in states:
+            running[int(job["job_id"])] = int(job.get("restart_cnt", 0) or 0)
+    return running
+
+
 def signal_job(job_id: int, signal_name: str, timeout: float = 10.0) -> None:
     """One call delivers the signal to every task on every node (not per node)."""
     sig = signal_name.removeprefix("SIG")

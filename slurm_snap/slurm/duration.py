@@ -3,7 +3,7 @@ and what a user types (prune --keep-within), into a timedelta.
 
 Two spellings, one grammar:
   clock   "[D-][HH:]MM:SS" as Slurm prints times: "00:00:30", "1-00:00:00";
-  units   "7d", "12h", "30m", "90s" or combinations in that order, "1d12h".
+  units   "7d", "12h", "30m" (or "30min"), "90s" or combinations in that order, "1d12h".
 A bare number is seconds only where scontrol printed it (`bare_seconds`): a
 user's "30" is ambiguous (sbatch --time=30 means 30 minutes), so it is refused.
 Standard library only: the hooks parse GraceTime on a job's path.
@@ -16,7 +16,7 @@ import re
 from ..errors import BadValueError
 
 _CLOCK = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)")
-_UNITS = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+_UNITS = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?:in)?)?(?:(\d+)s)?")
 # What scontrol prints for "no limit".
 _UNLIMITED = frozenset({"UNLIMITED", "INFINITE", "NONE"})
 

@@ -33,6 +33,8 @@ class JobEnv:
     consistency: str
     resume_cmd: str
     exit_code: int | None = None
+    # --snapshot-every in seconds; None: the job did not ask.
+    every: int | None = None
     extra: dict = field(default_factory=dict)
 
     @property
@@ -41,7 +43,7 @@ class JobEnv:
 
     def options(self) -> dict:
         return {"on_preempt": self.on_preempt, "volumes": list(self.volumes),
-                "consistency": self.consistency, "resume_cmd": self.resume_cmd}
+                "consistency": self.consistency, "resume_cmd": self.resume_cmd, "every": self.every}
 
 
 def _int(env, key: str, default: int | None = None) -> int:
@@ -80,5 +82,14 @@ def from_environ(env=None) -> JobEnv:
         consistency=env.get(f"{SPANK}_CONSISTENCY") or WANT_APP,
         resume_cmd=env.get(f"{SPANK}_RESUME_CMD", ""),
         exit_code=int(env["SLURM_JOB_EXIT_CODE"]) if env.get("SLURM_JOB_EXIT_CODE", "").isdigit() else None,
+        every=_every(env.get(f"{SPANK}_EVERY", "")),
     )
+
+
+def _every(raw: str) -> int | None:
+    if not raw:
+        return None
+    from .duration import parse_duration
+
+    return int(parse_duration(raw, what="--snapshot-every").total_seconds())
 

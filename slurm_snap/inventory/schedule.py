@@ -1,0 +1,110 @@
+"""What the schedule runner reads in one pass: the periodic runs of the jobs
+Slurm says are running, with each run's newest set and whether one is in
+flight, and the sets a scheduled drill should prove next. A query per pass
+(and per chunk of job ids), never one per job: a pass with nothing due must
+stay cheap at ten thousand running jobs (benchmarks/schedule.py)."""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Iterable
+
+from sqlalchemy import and_, case, func, select
+from sqlalchemy.orm import Session
+
+from .. import states as S
+from .models import JobRun, RestoreTest, SnapshotSet
+
+# Bound parameters per IN list: far under every supported database's limit.
+CHUNK = 500
+
+
+@dataclass(frozen=True)
+class PeriodicRun:
+    run_id: int
+    job_id: int
+    restart_count: int
+    user_name: str
+    every: int                          # seconds
+    created_at: dt.datetime             # when PrologSlurmctld recorded the run
+    last_requested_at: dt.datetime | None   # the run's newest set of any trigger
+    in_flight: bool                     # a set of the run is PENDING..CUT
+    consistency: str                    # what the job asked for (--snapshot-consistency)
+
+
+@dataclass(frozen=True)
+class DrillCandidate:
+    set_id: int
+    job_id: int
+    user_name: str
+    cut_at: dt.datetime                 # the set's cut_done_at
+    resume_cmd: str
+
+
+class ScheduleQueries:
+    """Mixed into inventory.repository.Repository; `self.s` is the transaction's session."""
+
+    s: Session
+
+    def periodic_runs(self, running: dict[int, int]) -> list[PeriodicRun]:
+        """The periodic runs among `running` (job id -> restart count, what
+        squeue says runs now), each with its newest set and whether one is
+        in flight."""
+        active = tuple(S.ACTIVE)
+        out: list[PeriodicRun] = []
+        ids = sorted(running)
+        for i in range(0, len(ids), CHUNK):
+            chunk = ids[i:i + CHUNK]
+            # Sets aggregated apart and joined: a JSON column (options) has no
+            # equality on PostgreSQL, so it cannot sit in a GROUP BY.
+            sets = (select(SnapshotSet.job_run_id, func.max(SnapshotSet.requested_at).label("last"),
+                           func.sum(case((SnapshotSet.state.in_(active), 1), else_=0)).label("busy"))
+                    .where(SnapshotSet.job_id.in_(chunk)).group_by(SnapshotSet.job_run_id).subquery())
+            q = (select(JobRun.id, JobRun.job_id, JobRun.restart_count, JobRun.user_name, JobRun.snapshot_every,
+                        JobRun.created_at, JobRun.options, sets.c.last, sets.c.busy)
+                 .outerjoin(sets, sets.c.job_run_id == JobRun.id)
+                 .where(JobRun.snapshot_every.is_not(None), JobRun.job_id.in_(chunk)))
+            for run_id, job_id, restart, user, every, created, options, last, busy in self.s.execute(q):
+                if running.get(job_id) != restart:
+                    continue   # an earlier run of a requeued job, or one PrologSlurmctld has not recorded yet
+                out.append(PeriodicRun(run_id=run_id, job_id=job_id, restart_count=restart, user_name=user,
+                                       every=int(every), created_at=created, last_requested_at=last,
+                                       in_flight=bool(busy),
+                                       consistency=(options or {}).get("consistency") or S.WANT_APP))
+        return out
+
+    def drill_candidates(self, *, limit: int, exclude_jobs: Iterable[int] = ()) -> list[DrillCandidate]:
+        """COMPLETE sets never drilled (none running either), of runs that
+        recorded a resume command, one per job: newest first, at most `limit`."""
+        drilled = select(RestoreTest.set_id).where(RestoreTest.set_id == SnapshotSet.id).exists()
+        q = (select(SnapshotSet.id, SnapshotSet.job_id, JobRun.user_name, SnapshotSet.cut_done_at, JobRun.options)
+             .join(JobRun, SnapshotSet.job_run_id == JobRun.id)
+             .where(and_(SnapshotSet.state == S.COMPLETE, SnapshotSet.consistency.in_(sorted(S.DRILLABLE)),
+                         SnapshotSet.cut_done_at.is_not(None), ~drilled))
+             .order_by(SnapshotSet.cut_done_at.desc(), SnapshotSet.id.desc()))
+        skip = set(exclude_jobs)
+        out: list[DrillCandidate] = []
+        # The resume command sits in the run's JSON options: filtered here, in
+        # pages, so a site with many jobs without one still gets `limit` drills.
+        offset, page = 0, max(limit * 4, 50)
+        while len(out) < limit:
+            rows = self.s.execute(q.offset(offset).limit(page)).all()
+            for set_id, job_id, user, cut_at, options in rows:
+                cmd = (options or {}).get("resume_cmd") or ""
+                if cmd and job_id not in skip and len(out) < limit:
+                    out.append(DrillCandidate(set_id=set_id, job_id=job_id, user_name=user, cut_at=cut_at,
+                                              resume_cmd=cmd))
+                    skip.add(job_id)   # one drill per job at a time: the newest set speaks for it
+            if len(rows) < page:
+                break
+            offset += page
+        return out
+
+    def overdue_drills(self, *, before: dt.datetime) -> int:
+        """COMPLETE sets cut before `before` never drilled: past the site's
+        verify_within (the metrics say how many)."""
+        drilled = select(RestoreTest.set_id).where(RestoreTest.set_id == SnapshotSet.id).exists()
+        q = (select(func.count()).select_from(SnapshotSet).join(JobRun, SnapshotSet.job_run_id == JobRun.id)
+             .where(SnapshotSet.state == S.COMPLETE, SnapshotSet.consistency.in_(sorted(S.DRILLABLE)),
+                    SnapshotSet.cut_done_at < before, ~drilled))
+        return int(self.s.scalar(q) or 0)

@@ -1,0 +1,203 @@
+"""Continuous protection: one pass of the schedule runner (`slurm-snap
+schedule`, on the controller, every minute from a systemd timer or a
+scrontab line: etc/systemd/, etc/README.md).
+
+    1. ask Slurm once which jobs run (one `squeue --json`);
+    2. ask the inventory once which of them take periodic snapshots, with
+       each run's newest set and whether one is in flight;
+    3. take the due sets through the on-demand path (the coordinator: the
+       same signal, barrier, cut and honest label as `slurm-snap snapshot`),
+       at most schedule.concurrency at once and each start schedule.signal_gap
+       after the previous, so jobs due in the same minute are not signalled
+       together; a job with a set in flight is never signalled again (the
+       coordinator refuses a second set under the run's row lock, too);
+    4. drill the newest never-drilled COMPLETE sets (restore.verify_within
+       set), at most schedule.drills at once, as the job's user with the
+       resume command it recorded.
+
+A set is due when its run's newest set (of any trigger: a preemption set or
+a manual one counts) was requested `every` seconds ago, or the run started
+that long ago without one. Nothing here queries Slurm or the inventory once
+per job: a pass with nothing due costs one squeue and one query
+(benchmarks/schedule.py).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from .clock import aware, utcnow
+from .config import Config, duration_seconds
+from .errors import Busy, SnapError
+from .inventory.schedule import DrillCandidate, PeriodicRun
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Due:
+    job_id: int
+    every: int
+    due_at: dt.datetime
+    consistency: str
+
+
+def plan(runs: list[PeriodicRun], now: dt.datetime) -> tuple[list[Due], list[int]]:
+    """The runs due now, most overdue first, and the job ids skipped because
+    a set of theirs is in flight."""
+    due, busy = [], []
+    for r in runs:
+        if r.in_flight:
+            busy.append(r.job_id)
+            continue
+        base = aware(r.last_requested_at or r.created_at)
+        at = base + dt.timedelta(seconds=r.every)
+        if at <= now:
+            due.append(Due(job_id=r.job_id, every=r.every, due_at=at, consistency=r.consistency))
+    due.sort(key=lambda d: (d.due_at, d.job_id))
+    return due, sorted(busy)
+
+
+@dataclass
+class Taken:
+    job_id: int
+    set_id: int | None = None
+    state: str = ""
+    consistency: str = ""
+    late_seconds: float = 0.0      # how long after it was due the set was requested
+    error: str = ""
+
+
+@dataclass
+class Drilled:
+    set_id: int
+    job_id: int
+    passed: bool | None = None
+    reason: str = ""
+    time_to_first_step: float | None = None
+    error: str = ""
+
+
+@dataclass
+class PassReport:
+    started_at: dt.datetime
+    running: int = 0
+    periodic: int = 0
+    in_flight: list[int] = field(default_factory=list)
+    due: list[Due] = field(default_factory=list)
+    taken: list[Taken] = field(default_factory=list)
+    drills: list[Drilled] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["started_at"] = self.started_at.isoformat()
+        d["due"] = [{"job_id": x.job_id, "every": x.every, "due_at": x.due_at.isoformat()} for x in self.due]
+        return d
+
+
+class Runner:
+    """One pass. Slurm, the coordinator and the drill are injected for tests."""
+
+    def __init__(self, cfg: Config, inventory, *, running: Callable[[], dict[int, int]] | None = None,
+                 snapshot: Callable[[int, str], tuple[int, str, str]] | None = None,
+                 drill: Callable[[DrillCandidate], Drilled] | None = None,
+                 clock: Callable[[], dt.datetime] = utcnow, sleep: Callable[[float], None] = time.sleep):
+        self.cfg = cfg
+        self.inv = inventory
+        self.running = running or self._squeue
+        self.snapshot = snapshot or self._snapshot
+        self.drill = drill or self._drill
+        self.clock = clock
+        self.sleep = sleep
+
+    # -- the real side effects ---------------------------------------------------
+    def _squeue(self) -> dict[int, int]:
+        from .slurm.commands import running_jobs
+
+        return running_jobs(timeout=self.cfg.timeouts.slurm_command)
+
+    def _snapshot(self, job_id: int, consistency: str) -> tuple[int, str, str]:
+        from .protocol.coordinator import Coordinator
+
+        out = Coordinator(self.cfg, self.inv).snapshot(job_id, consistency=consistency, trigger="periodic")
+        return out.set_id, out.state, out.consistency
+
+    def _drill(self, c: DrillCandidate) -> Drilled:
+        from .restore.drill import Drill
+
+        out = Drill(self.cfg, self.inv).run(f"set:{c.set_id}")
+        return Drilled(set_id=c.set_id, job_id=c.job_id, passed=out.passed, reason=out.reason,
+                       time_to_first_step=out.time_to_first_step)
+
+    # -- the pass -------------------------------------------------------------------
+    def pass_once(self, *, dry_run: bool = False) -> PassReport:
+        t0 = time.monotonic()
+        report = PassReport(started_at=self.clock())
+        running = self.running()
+        report.running = len(running)
+        drills_on = bool(self.cfg.restore.verify_within) and self.cfg.schedule.drills > 0
+        with self.inv.session() as repo:
+            runs = repo.periodic_runs(running) if running else []
+            candidates = repo.drill_candidates(limit=self.cfg.schedule.drills) if drills_on else []
+        report.periodic = len(runs)
+        report.due, report.in_flight = plan(runs, report.started_at)
+        if dry_run:
+            report.drills = [Drilled(set_id=c.set_id, job_id=c.job_id) for c in candidates]
+            report.seconds = time.monotonic() - t0
+            return report
+        due_jobs = {d.job_id for d in report.due}
+        # A job about to be signalled is not drilled in the same pass: its
+        # newest set is the one to prove, next pass.
+        candidates = [c for c in candidates if c.job_id not in due_jobs]
+        with ThreadPoolExecutor(max_workers=self.cfg.schedule.concurrency, thread_name_prefix="snap") as snaps, \
+                ThreadPoolExecutor(max_workers=max(1, self.cfg.schedule.drills), thread_name_prefix="drill") as drills:
+            drill_futures = [drills.submit(self._one_drill, c) for c in candidates]
+            snap_futures = []
+            gate = threading.Semaphore(self.cfg.schedule.concurrency)
+            for i, d in enumerate(report.due):
+                if i:
+                    self.sleep(self.cfg.schedule.signal_gap)
+                # Wait for a free worker before the gap counts: the gap
+                # separates signals, not queue entries.
+                gate.acquire()
+                snap_futures.append(snaps.submit(self._one_snapshot, d, gate))
+            report.taken = [f.result() for f in snap_futures]
+            report.drills = [f.result() for f in drill_futures]
+        report.seconds = time.monotonic() - t0
+        return report
+
+    def _one_snapshot(self, d: Due, gate: threading.Semaphore) -> Taken:
+        try:
+            taken = Taken(job_id=d.job_id, late_seconds=max(0.0, (self.clock() - d.due_at).total_seconds()))
+            try:
+                taken.set_id, taken.state, taken.consistency = self.snapshot(d.job_id, d.consistency)
+            except Busy as exc:
+                taken.error = f"busy: {exc}"
+            except SnapError as exc:
+                taken.error = str(exc)
+            except Exception as exc:  # one job's bug must not end the pass for the others
+                log.exception("periodic snapshot of job %s", d.job_id)
+                taken.error = f"internal error: {exc.__class__.__name__}: {exc}"
+            return taken
+        finally:
+            gate.release()
+
+    def _one_drill(self, c: DrillCandidate) -> Drilled:
+        try:
+            return self.drill(c)
+        except SnapError as exc:
+            return Drilled(set_id=c.set_id, job_id=c.job_id, error=str(exc))
+        except Exception as exc:
+            log.exception("scheduled drill of set %s", c.set_id)
+            return Drilled(set_id=c.set_id, job_id=c.job_id, error=f"internal error: {exc.__class__.__name__}: {exc}")
+
+
+def verify_within_seconds(cfg: Config) -> int | None:
+    text = cfg.restore.verify_within
+    return duration_seconds(text, key="restore.verify_within", path=cfg.path) if text else None

@@ -1,0 +1,258 @@
+"""The schedule runner (issue 17): which periodic runs are due, one query per
+pass, jobs with a set in flight skipped, starts spread and bounded, drills
+newest first and one per job; the interval rule of [schedule]; the
+--snapshot-every check at submit. On SQLite, PostgreSQL and MariaDB (the
+`inventory` fixture). The whole flow on a real cluster is
+tests/integration/test_schedule_cluster.py."""
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+from sqlalchemy import event
+
+from slurm_snap import config as config_mod
+from slurm_snap import errors
+from slurm_snap import states as S
+from slurm_snap.cli import main
+from slurm_snap.schedule import Drilled, Runner, plan
+from slurm_snap.slurm.commands import running_from_json
+
+T0 = dt.datetime(2026, 12, 2, 8, 0, 0, tzinfo=dt.timezone.utc)
+
+
+def cfg_with(**schedule):
+    restore = schedule.pop("restore", {})
+    return config_mod.from_dict({"schedule": schedule, "restore": restore})
+
+
+def add_run(repo, job_id, *, every=60, restart=0, options=None, at=T0):
+    run = repo.record_job_run(job_id=job_id, restart_count=restart, user_name="alice", uid=1000,
+                              options=options or {"consistency": "app"}, snapshot_every=every)
+    run.created_at = at
+    repo.s.flush()
+    return run
+
+
+def add_set(repo, run, *, at, state=S.COMPLETE, consistency=S.APP, epoch=None):
+    st, _ = repo.create_set(run, epoch=epoch or f"e{run.job_id}-{at:%H%M%S}", trigger="periodic", requested_at=at)
+    if state in S.ACTIVE:
+        return st.id
+    repo.transition(st.id, S.CUTTING, at=at)
+    repo.transition(st.id, S.CUT, at=at + dt.timedelta(seconds=1))
+    repo.transition(st.id, state, consistency=consistency, checkpoint_step=5)
+    return st.id
+
+
+class Fake:
+    """Slurm and the coordinator, recorded."""
+
+    def __init__(self, running):
+        self._running = running
+        self.snapshots: list[tuple[int, str]] = []
+        self.drills: list[int] = []
+        self.sleeps: list[float] = []
+        self.active = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        self.release.set()
+
+    def running(self):
+        return dict(self._running)
+
+    def snapshot(self, job_id, consistency):
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            self.snapshots.append((job_id, consistency))
+        self.release.wait(5)
+        with self.lock:
+            self.active -= 1
+        return 1000 + job_id, S.COMPLETE, S.APP
+
+    def drill(self, c):
+        self.drills.append(c.set_id)
+        return Drilled(set_id=c.set_id, job_id=c.job_id, passed=True)
+
+
+def runner(cfg, inventory, fake, now):
+    return Runner(cfg, inventory, running=fake.running, snapshot=fake.snapshot, drill=fake.drill,
+                  clock=lambda: now, sleep=fake.sleeps.append)
+
+
+def test_due_runs_are_taken_most_overdue_first_and_in_flight_ones_skipped(inventory):
+    with inventory.session() as repo:
+        never = add_run(repo, 1, every=60, at=T0)                      # started 5 min ago, no set yet
+        fresh = add_run(repo, 2, every=600, at=T0)
+        add_set(repo, fresh, at=T0 + dt.timedelta(minutes=4))          # its newest set is 1 min old
+        busy = add_run(repo, 3, every=60, at=T0)
+        add_set(repo, busy, at=T0 + dt.timedelta(minutes=4), state=S.QUIESCING)
+        stale = add_run(repo, 4, every=120, options={"consistency": "crash"}, at=T0)
+        add_set(repo, stale, at=T0 + dt.timedelta(minutes=1))          # due at +3 min
+        add_run(repo, 5, every=60, at=T0)                              # not running any more
+        add_run(repo, 6, every=None, at=T0)                            # no periodic snapshots
+        old = add_run(repo, 7, every=60, at=T0)                        # run 0 of a requeued job
+        add_run(repo, 7, every=60, restart=1, at=T0 + dt.timedelta(minutes=4, seconds=30))
+        assert never.id and old.id
+    now = T0 + dt.timedelta(minutes=5)
+    fake = Fake({1: 0, 2: 0, 3: 0, 4: 0, 6: 0, 7: 1, 99: 0})
+    report = runner(cfg_with(), inventory, fake, now).pass_once()
+    assert report.running == 7 and report.periodic == 5 and report.in_flight == [3]
+    # job 4 was due at +3 min, job 1 at +1 min; job 7's run 1 is 30 s old; job 2's set 1 min old
+    assert [d.job_id for d in report.due] == [1, 4]
+    assert fake.snapshots == [(1, "app"), (4, "crash")]
+    assert [(t.job_id, t.set_id, t.state, t.late_seconds) for t in report.taken] == [
+        (1, 1001, S.COMPLETE, 240.0), (4, 1004, S.COMPLETE, 120.0)]
+    assert fake.sleeps == [0.5]    # one gap between the two signals
+
+
+def test_a_pass_reads_the_inventory_once_whatever_the_number_of_jobs(inventory):
+    with inventory.session() as repo:
+        for j in range(1, 1201):
+            add_run(repo, j, every=3600, at=T0)
+    statements = []
+    listen = event.listens_for(inventory.engine, "before_cursor_execute")
+    listen(lambda *a, **k: statements.append(a[2]))
+    fake = Fake({j: 0 for j in range(1, 1201)})
+    report = runner(cfg_with(), inventory, fake, T0 + dt.timedelta(minutes=1)).pass_once()
+    selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    assert report.periodic == 1200 and report.due == [] and fake.snapshots == []
+    # 1,200 running jobs in chunks of 500: three queries, not 1,200
+    assert len(selects) == 3, selects
+
+
+def test_concurrency_bounds_the_sets_in_flight_and_the_gap_separates_starts(inventory):
+    with inventory.session() as repo:
+        for j in range(1, 8):
+            add_run(repo, j, every=60, at=T0)
+    fake = Fake({j: 0 for j in range(1, 8)})
+    fake.release.clear()
+    cfg = cfg_with(concurrency=2, signal_gap=0.25)
+    r = runner(cfg, inventory, fake, T0 + dt.timedelta(minutes=2))
+    done = threading.Event()
+    out = {}
+
+    def go():
+        out["report"] = r.pass_once()
+        done.set()
+
+    t = threading.Thread(target=go)
+    t.start()
+    assert not done.wait(0.3)
+    assert fake.active == 2            # the third waits for a free slot
+    fake.release.set()
+    assert done.wait(10)
+    t.join()
+    assert fake.peak == 2 and len(out["report"].taken) == 7 and fake.sleeps == [0.25] * 6
+
+
+def test_a_busy_or_failing_job_does_not_end_the_pass(inventory):
+    with inventory.session() as repo:
+        for j in (1, 2, 3):
+            add_run(repo, j, every=60, at=T0)
+    fake = Fake({1: 0, 2: 0, 3: 0})
+
+    def snapshot(job_id, consistency):
+        if job_id == 1:
+            raise errors.Busy(what="job", value="1", why="set 9 is in flight")
+        if job_id == 2:
+            raise RuntimeError("boom")
+        return 77, S.COMPLETE, S.APP
+
+    r = Runner(cfg_with(), inventory, running=fake.running, snapshot=snapshot, drill=fake.drill,
+               clock=lambda: T0 + dt.timedelta(minutes=2), sleep=lambda s: None)
+    taken = {t.job_id: t for t in r.pass_once().taken}
+    assert taken[1].error.startswith("busy: ") and "set 9 is in flight" in taken[1].error
+    assert taken[2].error == "internal error: RuntimeError: boom"
+    assert taken[3].set_id == 77 and taken[3].error == ""
+
+
+def test_drills_take_the_newest_never_drilled_sets_one_per_job(inventory):
+    with inventory.session() as repo:
+        a = add_run(repo, 1, every=None, options={"resume_cmd": "python train.py"}, at=T0)
+        a_old = add_set(repo, a, at=T0 + dt.timedelta(minutes=1))
+        a_new = add_set(repo, a, at=T0 + dt.timedelta(minutes=2))
+        b = add_run(repo, 2, every=None, options={"resume_cmd": "python train.py"}, at=T0)
+        b_set = add_set(repo, b, at=T0 + dt.timedelta(minutes=3))
+        drilled = add_set(repo, b, at=T0 + dt.timedelta(minutes=4))
+        repo.start_restore_test(drilled, "python train.py", "/tmp/x")
+        c = add_run(repo, 3, every=None, options={}, at=T0)                   # no resume command
+        add_set(repo, c, at=T0 + dt.timedelta(minutes=5))
+        d = add_run(repo, 4, every=None, options={"resume_cmd": "x"}, at=T0)
+        add_set(repo, d, at=T0 + dt.timedelta(minutes=6), state=S.PARTIAL)    # not drillable
+        e = add_run(repo, 5, every=None, options={"resume_cmd": "x"}, at=T0)
+        add_set(repo, e, at=T0 + dt.timedelta(minutes=7), consistency=S.NONE)
+    fake = Fake({})
+    cfg = cfg_with(drills=3, restore={"verify_within": "1h"})
+    report = runner(cfg, inventory, fake, T0 + dt.timedelta(minutes=10)).pass_once()
+    assert sorted(fake.drills) == sorted([b_set, a_new])
+    assert a_old not in fake.drills and [d.passed for d in report.drills] == [True, True]
+    # off without restore.verify_within
+    fake2 = Fake({})
+    runner(cfg_with(drills=3), inventory, fake2, T0).pass_once()
+    assert fake2.drills == []
+    with inventory.session() as repo:
+        assert repo.overdue_drills(before=T0 + dt.timedelta(minutes=2, seconds=30)) == 2   # a_old, a_new
+
+
+def test_dry_run_signals_nothing(inventory):
+    with inventory.session() as repo:
+        add_run(repo, 1, every=60, at=T0)
+    fake = Fake({1: 0})
+    report = runner(cfg_with(), inventory, fake, T0 + dt.timedelta(minutes=2)).pass_once(dry_run=True)
+    assert [d.job_id for d in report.due] == [1] and fake.snapshots == [] and report.taken == []
+
+
+def test_plan_counts_from_the_newest_set_of_any_trigger():
+    from slurm_snap.inventory.schedule import PeriodicRun
+
+    r = PeriodicRun(run_id=1, job_id=1, restart_count=0, user_name="a", every=60, created_at=T0,
+                    last_requested_at=T0 + dt.timedelta(seconds=50), in_flight=False, consistency="app")
+    assert plan([r], T0 + dt.timedelta(seconds=109))[0] == []
+    due, _ = plan([r], T0 + dt.timedelta(seconds=110))
+    assert due[0].due_at == T0 + dt.timedelta(seconds=110)
+
+
+def test_the_interval_rule_default_and_minimum_per_partition():
+    cfg = cfg_with(every={"gpu": "2h", "*": "6h"}, min_every={"gpu": "30m"})
+    assert cfg.snapshot_every("gpu", None) == (7200, "the default of partition gpu")
+    assert cfg.snapshot_every("cpu", None) == (21600, "the default of partition cpu")
+    assert cfg.snapshot_every("gpu", 60) == (1800, "raised to partition gpu's minimum")
+    assert cfg.snapshot_every("cpu", 60) == (60, "")
+    assert cfg_with().snapshot_every("cpu", None) == (None, "")
+
+
+@pytest.mark.parametrize("table, value, why", [
+    ("every", "5s", "is under 10 s"), ("min_every", "soon", "expected e.g."), ("every", 30, "expected a duration"),
+])
+def test_bad_schedule_tables_name_the_key(table, value, why):
+    with pytest.raises(errors.ConfigError) as exc:
+        cfg_with(**{table: {"gpu": value}})
+    assert f"schedule.{table}.gpu" in str(exc.value) and why in str(exc.value)
+
+
+def test_running_jobs_reads_both_squeue_state_shapes():
+    text = ('{"jobs": [{"job_id": 1, "job_state": "RUNNING", "restart_cnt": 2},'
+            ' {"job_id": 2, "job_state": "PENDING"}, {"job_id": 3, "job_state": ["RUNNING"]},'
+            ' {"job_id": 4, "job_state": ["COMPLETING"]}]}')
+    assert running_from_json(text) == {1: 2, 3: 0}
+
+
+def test_snapshot_every_is_checked_at_submit(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[paths]\nbarrier_dir = "{tmp_path}/b"\n')
+    assert main(["--config", str(cfg), "hook", "validate-options", "--every", "1min"]) == 0
+    assert main(["--config", str(cfg), "hook", "validate-options", "--every", "5s"]) == 2
+    assert "--snapshot-every '5s': under 10 s" in capsys.readouterr().err
+    assert main(["--config", str(cfg), "hook", "validate-options", "--every", "often"]) == 2
+    assert "--snapshot-every 'often'" in capsys.readouterr().err
+
+
+def test_schedule_is_for_operators(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[inventory]\nurl = "sqlite:///{tmp_path}/i.db"\n[access]\noperator_users = ["root"]\n')
+    monkeypatch.setenv("SUDO_UID", "1")          # an ordinary user through sudo: not an operator
+    assert main(["--config", str(cfg), "schedule", "--dry-run"]) == 4
+    assert "operators only" in capsys.readouterr().err
