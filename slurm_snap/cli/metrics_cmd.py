@@ -25,7 +25,7 @@ def command(ctx, textfile, job_window):
         raise PermissionDenied(why=f"metrics cover every user's jobs; {caller.name} is not an operator")
     since = parse_time(job_window, now=now, tz=tz, what="job window (--job-window)")
     with ctx.inventory.session(readonly=True) as repo:
-        text = collect(repo, now=now, jobs_since=since)
+        text = collect(repo, now=now, jobs_since=since, cfg=ctx.config)
     if textfile:
         write_textfile(textfile, text)
     else:

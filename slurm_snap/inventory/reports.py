@@ -30,7 +30,8 @@ class ReportQueries:
         result on top of what the caller keeps.
         """
         cols = [SnapshotSet.id.label("set_id"), SnapshotSet.job_id, JobRun.restart_count,
-                SnapshotSet.user_name, JobRun.partition, JobRun.nodes, SnapshotSet.epoch, SnapshotSet.trigger,
+                SnapshotSet.user_name, JobRun.partition, JobRun.nodes, JobRun.snapshot_every,
+                SnapshotSet.epoch, SnapshotSet.trigger,
                 SnapshotSet.wanted, SnapshotSet.consistency, SnapshotSet.state, SnapshotSet.reason,
                 SnapshotSet.requested_at, SnapshotSet.signalled_at, SnapshotSet.barrier_at,
                 SnapshotSet.released_at, SnapshotSet.release, SnapshotSet.cut_started_at, SnapshotSet.cut_done_at, SnapshotSet.finished_at,
@@ -124,6 +125,19 @@ class ReportQueries:
                                          .where(SnapshotSet.requested_at >= since))))
         newest = self.report_newest_verified(sorted({j for j, _ in jobs}))
         return [(jid, user, newest.get(jid)) for jid, user in jobs]
+
+    def report_job_objectives(self, job_ids) -> dict[int, int]:
+        """Job -> seconds between its newest run's periodic snapshots (its RPO
+        objective), for the jobs among `job_ids` that take them."""
+        out: dict[int, int] = {}
+        ids = sorted(set(job_ids))
+        for i in range(0, len(ids), 500):
+            rows = self.s.execute(select(JobRun.job_id, JobRun.restart_count, JobRun.snapshot_every)
+                                  .where(JobRun.job_id.in_(ids[i:i + 500]), JobRun.snapshot_every.is_not(None))
+                                  .order_by(JobRun.job_id, JobRun.restart_count))
+            for job_id, _rc, every in rows:
+                out[job_id] = int(every)   # the newest run's wins
+        return out
 
     def report_phase_durations(self) -> dict[str, tuple[float, int]]:
         """Sum (seconds) and count of each phase over every set that went through it."""

@@ -9,7 +9,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Iterable
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session
 
 from .. import states as S
@@ -17,6 +17,24 @@ from .models import JobRun, RestoreTest, SnapshotSet
 
 # Bound parameters per IN list: far under every supported database's limit.
 CHUNK = 500
+# A drill that was abandoned (our setup, the network: restore/drill.py's
+# "drill aborted: "/"interrupted: " reasons) says nothing of the set, so the
+# set is drilled again, up to this many attempts in all.
+DRILL_ATTEMPTS = 3
+_ABANDONED = ("drill aborted: %", "interrupted: %")
+
+
+def _abandoned():
+    return and_(RestoreTest.result == "FAILED", or_(*(RestoreTest.reason.like(p) for p in _ABANDONED)))
+
+
+def _undrilled():
+    """No drill gave the set a verdict (or runs now), and fewer than
+    DRILL_ATTEMPTS were abandoned."""
+    verdict = select(RestoreTest.id).where(RestoreTest.set_id == SnapshotSet.id, ~_abandoned()).exists()
+    attempts = (select(func.count(RestoreTest.id)).where(RestoreTest.set_id == SnapshotSet.id)
+                .scalar_subquery())
+    return and_(~verdict, attempts < DRILL_ATTEMPTS)
 
 
 @dataclass(frozen=True)
@@ -74,13 +92,13 @@ class ScheduleQueries:
         return out
 
     def drill_candidates(self, *, limit: int, exclude_jobs: Iterable[int] = ()) -> list[DrillCandidate]:
-        """COMPLETE sets never drilled (none running either), of runs that
+        """COMPLETE sets no drill gave a verdict (none running either; an
+        abandoned drill is retried, DRILL_ATTEMPTS in all), of runs that
         recorded a resume command, one per job: newest first, at most `limit`."""
-        drilled = select(RestoreTest.set_id).where(RestoreTest.set_id == SnapshotSet.id).exists()
         q = (select(SnapshotSet.id, SnapshotSet.job_id, JobRun.user_name, SnapshotSet.cut_done_at, JobRun.options)
              .join(JobRun, SnapshotSet.job_run_id == JobRun.id)
              .where(and_(SnapshotSet.state == S.COMPLETE, SnapshotSet.consistency.in_(sorted(S.DRILLABLE)),
-                         SnapshotSet.cut_done_at.is_not(None), ~drilled))
+                         SnapshotSet.cut_done_at.is_not(None), _undrilled()))
              .order_by(SnapshotSet.cut_done_at.desc(), SnapshotSet.id.desc()))
         skip = set(exclude_jobs)
         out: list[DrillCandidate] = []
@@ -101,10 +119,10 @@ class ScheduleQueries:
         return out
 
     def overdue_drills(self, *, before: dt.datetime) -> int:
-        """COMPLETE sets cut before `before` never drilled: past the site's
-        verify_within (the metrics say how many)."""
-        drilled = select(RestoreTest.set_id).where(RestoreTest.set_id == SnapshotSet.id).exists()
-        q = (select(func.count()).select_from(SnapshotSet).join(JobRun, SnapshotSet.job_run_id == JobRun.id)
+        """COMPLETE sets cut before `before` that no drill gave a verdict:
+        past the site's verify_within (the metrics say how many)."""
+        verdict = select(RestoreTest.id).where(RestoreTest.set_id == SnapshotSet.id, ~_abandoned()).exists()
+        q = (select(func.count()).select_from(SnapshotSet)
              .where(SnapshotSet.state == S.COMPLETE, SnapshotSet.consistency.in_(sorted(S.DRILLABLE)),
-                    SnapshotSet.cut_done_at < before, ~drilled))
+                    SnapshotSet.cut_done_at < before, ~verdict))
         return int(self.s.scalar(q) or 0)

@@ -66,6 +66,8 @@ def set_doc(r: SetRow, now: dt.datetime) -> dict[str, Any]:
         "failed_nodes": list(m["failed_nodes"] or []),
         "age_seconds": r.age(now),
         "rpo_seconds": r.rpo(now),
+        "rpo_objective_seconds": r.objective,
+        "rpo_missed": r.rpo_missed(now),
         "newest_verified_cut": iso_utc(r.rpo_base),
         "sites": r.sites(),
         "regions": r.regions(),

@@ -71,7 +71,7 @@ class Exposition:
         return "\n".join(self.lines) + "\n"
 
 
-def collect(repo, *, now: dt.datetime, jobs_since: dt.datetime) -> str:
+def collect(repo, *, now: dt.datetime, jobs_since: dt.datetime, cfg=None) -> str:
     out = Exposition()
     out.family("slurm_snap_info", "gauge", "The slurm-snap that wrote these values (always 1).")
     out.sample("slurm_snap_info", 1, {"version": __version__})
@@ -93,9 +93,27 @@ def collect(repo, *, now: dt.datetime, jobs_since: dt.datetime) -> str:
 
     out.family("slurm_snap_newest_verified_age_seconds", "gauge",
                "Seconds since the cut of the job's newest VERIFIED set (its RPO); +Inf if it has none.")
-    for job_id, user, newest in repo.report_job_rpo(jobs_since):
+    rpo_rows = repo.report_job_rpo(jobs_since)
+    for job_id, user, newest in rpo_rows:
         age = math.inf if newest is None else max(0.0, (now - newest).total_seconds())
         out.sample("slurm_snap_newest_verified_age_seconds", age, {"job_id": str(job_id), "user": user})
+
+    out.family("slurm_snap_rpo_objective_seconds", "gauge",
+               "The job's RPO objective: seconds between its periodic snapshots (--snapshot-every or the "
+               "partition's default); jobs without periodic snapshots have none.")
+    objectives = repo.report_job_objectives([j for j, _u, _n in rpo_rows])
+    for job_id, user, _newest in rpo_rows:
+        if job_id in objectives:
+            out.sample("slurm_snap_rpo_objective_seconds", objectives[job_id], {"job_id": str(job_id), "user": user})
+
+    within = cfg.restore.verify_within if cfg is not None else ""
+    if within:
+        from ..config import duration_seconds
+
+        out.family("slurm_snap_drills_overdue", "gauge",
+                   "COMPLETE sets cut longer than restore.verify_within ago that no restore drill gave a verdict.")
+        seconds_ = duration_seconds(within, key="restore.verify_within", path=cfg.path)
+        out.sample("slurm_snap_drills_overdue", repo.overdue_drills(before=now - dt.timedelta(seconds=seconds_)))
 
     out.family("slurm_snap_phase_duration_seconds", "summary",
                "Time spent in each phase of a snapshot set (signal, quiesce, cut, finalize, total; "

@@ -41,6 +41,20 @@ class SetRow:
         """Age of the job's newest VERIFIED set: a measured point, never a schedule."""
         return seconds(self.rpo_base, now)
 
+    @property
+    def objective(self) -> int | None:
+        """The run's RPO objective: its periodic interval (--snapshot-every or
+        the partition's default); None without periodic snapshots."""
+        return self.m.get("snapshot_every")
+
+    def rpo_missed(self, now: dt.datetime) -> bool | None:
+        """Whether the verified RPO is past the objective (no verified set
+        at all counts as past); None without an objective."""
+        if self.objective is None:
+            return None
+        rpo = self.rpo(now)
+        return rpo is None or rpo > self.objective
+
     def phase(self, start: str, end: str) -> float | None:
         return seconds(self.m[start], self.m[end])
 
@@ -80,7 +94,8 @@ def unprotected_row(run: Mapping[str, Any], refused: list) -> SetRow:
                                "barrier_at", "released_at", "release", "cut_started_at", "cut_done_at", "finished_at", "verified_at",
                                "skew_seconds", "checkpoint_step", "manifest_ok")}
     m.update(job_id=run["job_id"], restart_count=run["restart_count"], user_name=run["user_name"],
-             partition=run["partition"], nodes=run["nodes"], consistency="none", state=UNPROTECTED,
+             partition=run["partition"], nodes=run["nodes"], snapshot_every=run.get("snapshot_every"),
+             consistency="none", state=UNPROTECTED,
              reason=reason, expected_parts=run["declared"], parts=0, failed_nodes=[],
              recorded_at=run["created_at"])
     return SetRow(m=m, refused=list(refused))

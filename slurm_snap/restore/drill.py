@@ -18,6 +18,7 @@ import datetime as dt
 import json
 import logging
 import os
+import threading
 import pwd
 import shlex
 import signal
@@ -158,6 +159,13 @@ def _owns(caller: Caller, run) -> bool:
     return caller.uid == run.uid or caller.name == run.user_name
 
 
+# Restore tests this process is running now, by id. A drill whose state names
+# this process's pid is otherwise taken for a leftover of an earlier process
+# that had the pid; the schedule runner runs several drills in threads.
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
 class Drill:
     """One restore drill (or a sweep of dead ones) against an inventory."""
 
@@ -246,6 +254,8 @@ class Drill:
                        job_id=plan.job_id, set_id=plan.set_id)
         outcome = Outcome(set_id=plan.set_id, job_id=plan.job_id, test_id=test_id, passed=False, reason="",
                           namespace=ns, kept=keep)
+        with _LIVE_LOCK:
+            _LIVE.add(test_id)
         try:
             self._drill(plan, outcome, submit, wait)
         except BaseException as exc:
@@ -254,7 +264,17 @@ class Drill:
             why = (f"drill aborted: {exc}" if isinstance(exc, errors.SnapError)
                    else f"interrupted: {type(exc).__name__}: {exc}")
             self._abandon(plan, outcome, why)
+            with _LIVE_LOCK:
+                _LIVE.discard(test_id)
             raise
+        try:
+            return self._finish(plan, outcome, keep)
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(test_id)
+
+    def _finish(self, plan: Plan, outcome: Outcome, keep: bool) -> Outcome:
+        ns = outcome.namespace
         if outcome.pending:
             return outcome  # collected later by sweep() (restore-test --collect, or the next drill)
         if not keep:
@@ -408,6 +428,9 @@ class Drill:
             rows = {rt_set: repo.snapshots(rt_set, include_deleted=True) for _, rt_set, _, _ in running}
         now = utcnow()
         for test_id, set_id, ns, started in running:
+            with _LIVE_LOCK:
+                if test_id in _LIVE:
+                    continue   # another thread of this process runs it (the schedule runner's drills)
             state = nsmod.read_state(ns) if ns else None
             if state is not None and state.get("detached"):
                 messages += self._collect(test_id, set_id, ns, state, rows[set_id])

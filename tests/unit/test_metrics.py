@@ -39,6 +39,8 @@ slurm_snap_hook_failures_total 0
 slurm_snap_newest_verified_age_seconds{job_id="1001",user="alice"} 10796
 slurm_snap_newest_verified_age_seconds{job_id="1002",user="bob"} 57596
 slurm_snap_newest_verified_age_seconds{job_id="1003",user="carol"} +Inf
+# HELP slurm_snap_rpo_objective_seconds The job's RPO objective: seconds between its periodic snapshots (--snapshot-every or the partition's default); jobs without periodic snapshots have none.
+# TYPE slurm_snap_rpo_objective_seconds gauge
 # HELP slurm_snap_phase_duration_seconds Time spent in each phase of a snapshot set (signal, quiesce, cut, finalize, total; release: a preemption's first signal until its nodes were given back).
 # TYPE slurm_snap_phase_duration_seconds summary
 slurm_snap_phase_duration_seconds_sum{phase="signal"} 5
@@ -64,6 +66,33 @@ def test_exposition_exactly(seeded):
     code, out, exc = invoke(metrics_cmd.command, [], seeded["config"], ROOT)
     assert code == 0, exc
     assert out == EXPECTED
+
+
+def test_objectives_and_overdue_drills(seeded):
+    """A periodic job's objective beside its RPO; with restore.verify_within,
+    the COMPLETE sets no drill proved in time."""
+    from sqlalchemy import update
+
+    from slurm_snap.inventory.models import JobRun
+
+    inv = Inventory(seeded["url"])
+    with inv.session() as repo:
+        repo.s.execute(update(JobRun).where(JobRun.job_id == 1001).values(snapshot_every=3600))
+        overdue = repo.overdue_drills(before=seeded_now() - __import__("datetime").timedelta(hours=1))
+    inv.dispose()
+    with open(seeded["config"], "a") as f:
+        f.write('\n[restore]\nverify_within = "1h"\n')
+    code, out, exc = invoke(metrics_cmd.command, [], seeded["config"], ROOT)
+    assert code == 0, exc
+    assert 'slurm_snap_rpo_objective_seconds{job_id="1001",user="alice"} 3600\n' in out
+    assert 'job_id="1002"' not in out.split("slurm_snap_rpo_objective_seconds", 1)[1].split("# HELP", 1)[0]
+    assert "# TYPE slurm_snap_drills_overdue gauge\n" in out and f"slurm_snap_drills_overdue {overdue}\n" in out
+
+
+def seeded_now():
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(1796040000, dt.timezone.utc)
 
 
 def test_job_window_drops_old_jobs(seeded):

@@ -27,6 +27,9 @@ RULES = ETC / "prometheus" / "slurm-snap.rules.yml"
 DASHBOARD = ETC / "grafana" / "slurm-snap.json"
 SERVICE = ETC / "slurm-snap-metrics.service"
 TIMER = ETC / "slurm-snap-metrics.timer"
+# Every timer/service pair shipped, with the subcommand its ExecStart runs.
+UNIT_PAIRS = [(TIMER, SERVICE, "metrics"),
+              (ETC / "slurm-snap-schedule.timer", ETC / "slurm-snap-schedule.service", "schedule")]
 SERIES = re.compile(r"\bslurm_snap_[a-zA-Z0-9_]+")
 
 
@@ -35,6 +38,16 @@ def exposition(tmp_path_factory) -> str:
     d = tmp_path_factory.mktemp("metrics")
     url = f"sqlite:///{d}/inv.db"
     seed(url)
+    # One job takes periodic snapshots, so its objective series is exported too.
+    from sqlalchemy import update
+
+    from slurm_snap.inventory.models import JobRun
+    from slurm_snap.inventory.repository import Inventory
+
+    inv = Inventory(url)
+    with inv.session() as repo:
+        repo.s.execute(update(JobRun).where(JobRun.job_id == 1001).values(snapshot_every=3600))
+    inv.dispose()
     code, out, exc = invoke(metrics_cmd.command, [], write_config(d, url), ROOT)
     assert code == 0, exc
     return out
@@ -211,46 +224,53 @@ def unit_values(path: Path) -> dict[str, dict[str, list[str]]]:
     return sections
 
 
-def test_the_timer_starts_the_metrics_service():
-    timer = unit_values(TIMER)
-    assert timer["Timer"]["Unit"] == [SERVICE.name]
+@pytest.mark.parametrize("timer_path, service_path, name", UNIT_PAIRS)
+def test_the_timer_starts_its_service(timer_path, service_path, name):
+    timer = unit_values(timer_path)
+    assert timer["Timer"]["Unit"] == [service_path.name]
     assert timer["Install"]["WantedBy"] == ["timers.target"]
     assert timer["Timer"]["OnUnitActiveSec"] == ["1min"]
 
 
-def test_the_service_runs_a_real_subcommand_with_valid_options():
+@pytest.mark.parametrize("timer_path, service_path, name", UNIT_PAIRS)
+def test_the_service_runs_a_real_subcommand_with_valid_options(timer_path, service_path, name):
     """ExecStart is parsed by the CLI's own click definitions: a renamed
     option or command fails here, not at 3 a.m. on the controller."""
     import click
 
     from slurm_snap.cli import cli
 
-    svc = unit_values(SERVICE)["Service"]
+    svc = unit_values(service_path)["Service"]
     assert svc["Type"] == ["oneshot"]
     argv = shlex.split(svc["ExecStart"][0])
     # The venv path the README's step 1 installs into; hooks and units exec it by absolute path.
     assert argv[0] == "/opt/slurm-snap/venv/bin/slurm-snap"
-    i = argv.index("metrics")
+    i = argv.index(name)
     ctx = cli.make_context("slurm-snap", argv[1:i + 1])  # the global options, up to the command
     assert ctx.params["config_path"] == "/etc/slurm-snap/slurm-snap.toml"
-    name, rest = argv[i], argv[i + 1:]
+    rest = argv[i + 1:]
     sub = cli.get_command(ctx, name)
-    sub_ctx = sub.make_context(name, rest, parent=ctx)
-    assert sub_ctx.params["textfile"].endswith(".prom")
+    sub_ctx = sub.make_context(name, list(rest), parent=ctx)
+    if name == "metrics":
+        assert sub_ctx.params["textfile"].endswith(".prom")
+    else:
+        assert sub_ctx.params["dry_run"] is False     # the timer's pass acts
     with pytest.raises(click.UsageError):
         sub.make_context(name, rest + ["--no-such-option"], parent=ctx)
 
 
-def test_systemd_analyze_verifies_the_units(tmp_path):
+@pytest.mark.parametrize("timer_path, service_path, name", UNIT_PAIRS)
+def test_systemd_analyze_verifies_the_units(tmp_path, timer_path, service_path, name):
     sa = shutil.which("systemd-analyze")
     require(sa is not None, "systemd-analyze not installed (Debian's systemd; scripts/test installs it)")
     # verify insists that ExecStart's program exists: point it at this venv's.
     here = os.path.join(os.path.dirname(sys.executable), "slurm-snap")
     require(os.access(here, os.X_OK), f"{here} is not installed (scripts/test installs the project into the venv)")
-    (tmp_path / SERVICE.name).write_text(SERVICE.read_text().replace("/opt/slurm-snap/venv/bin/slurm-snap", here))
-    shutil.copy(TIMER, tmp_path / TIMER.name)
-    r = subprocess.run([sa, "verify", str(tmp_path / TIMER.name), str(tmp_path / SERVICE.name)],
+    (tmp_path / service_path.name).write_text(service_path.read_text().replace("/opt/slurm-snap/venv/bin/slurm-snap",
+                                                                              here))
+    shutil.copy(timer_path, tmp_path / timer_path.name)
+    r = subprocess.run([sa, "verify", str(tmp_path / timer_path.name), str(tmp_path / service_path.name)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     # Unknown keys are only warnings for systemd: any line about our units is a fault.
-    assert [ln for ln in r.stderr.splitlines() if "slurm-snap-metrics" in ln] == []
+    assert [ln for ln in r.stderr.splitlines() if service_path.stem in ln] == []

@@ -184,17 +184,31 @@ def test_drills_take_the_newest_never_drilled_sets_one_per_job(inventory):
         add_set(repo, d, at=T0 + dt.timedelta(minutes=6), state=S.PARTIAL)    # not drillable
         e = add_run(repo, 5, every=None, options={"resume_cmd": "x"}, at=T0)
         add_set(repo, e, at=T0 + dt.timedelta(minutes=7), consistency=S.NONE)
+        # an abandoned drill (our side failed) is retried, three attempts in all
+        f = add_run(repo, 6, every=None, options={"resume_cmd": "x"}, at=T0)
+        f_set = add_set(repo, f, at=T0 + dt.timedelta(seconds=30))
+        for _ in range(2):
+            rt = repo.start_restore_test(f_set, "x", "/tmp/f")
+            repo.finish_restore_test(rt.id, passed=False, first_step=None, time_to_first_step=None,
+                                     reason="drill aborted: ssh n1: connection refused")
+        g = add_run(repo, 7, every=None, options={"resume_cmd": "x"}, at=T0)
+        g_set = add_set(repo, g, at=T0 + dt.timedelta(seconds=20))
+        for _ in range(3):
+            rt = repo.start_restore_test(g_set, "x", "/tmp/g")
+            repo.finish_restore_test(rt.id, passed=False, first_step=None, time_to_first_step=None,
+                                     reason="interrupted: KeyboardInterrupt: ")
     fake = Fake({})
     cfg = cfg_with(drills=3, restore={"verify_within": "1h"})
     report = runner(cfg, inventory, fake, T0 + dt.timedelta(minutes=10)).pass_once()
-    assert sorted(fake.drills) == sorted([b_set, a_new])
-    assert a_old not in fake.drills and [d.passed for d in report.drills] == [True, True]
+    assert sorted(fake.drills) == sorted([b_set, a_new, f_set])
+    assert a_old not in fake.drills and g_set not in fake.drills and [d.passed for d in report.drills] == [True] * 3
     # off without restore.verify_within
     fake2 = Fake({})
     runner(cfg_with(drills=3), inventory, fake2, T0).pass_once()
     assert fake2.drills == []
     with inventory.session() as repo:
-        assert repo.overdue_drills(before=T0 + dt.timedelta(minutes=2, seconds=30)) == 2   # a_old, a_new
+        # cut before then with no verdict: a_old, a_new, f_set, g_set
+        assert repo.overdue_drills(before=T0 + dt.timedelta(minutes=2, seconds=30)) == 4
 
 
 def test_dry_run_signals_nothing(inventory):
