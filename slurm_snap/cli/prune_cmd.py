@@ -19,6 +19,19 @@ def _fmt_time(t: dt.datetime | None, tz: dt.tzinfo | None) -> str:
     return format_time(t, tz) if t else "-"
 
 
+def _live_jobs(cfg) -> frozenset | None:
+    """The jobs running now (one squeue): their newest verified set is never
+    pruned. None when Slurm cannot say: every job is then treated as running."""
+    from ..slurm.commands import running_jobs
+
+    try:
+        return frozenset(running_jobs(timeout=cfg.timeouts.slurm_command))
+    except errors.SnapError as exc:
+        click.echo(f"slurm-snap: cannot tell which jobs run ({exc}); every job's newest verified set is kept",
+                   err=True)
+        return None
+
+
 @click.command("prune")
 @click.option("--job", "job_id", type=JobIdType(), metavar="J",
               help="Only this job's sets (refused, exit 4, for another user's job unless you are an operator).")
@@ -39,8 +52,9 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
             as_json):
     """Delete snapshot sets the keep rules do not select (restic-forget-like, per job).
 
-    Sets still in flight are never touched; a set left DELETING by an
-    interrupted prune is finished."""
+    Sets still in flight are never touched, nor the newest VERIFIED set of a
+    job Slurm lists as running (of every job when squeue fails); a set left
+    DELETING by an interrupted prune is finished."""
     from ..access import current_caller, is_operator, require_jobs
     from ..restore.parts import backend_resolver
     from ..retention.policy import Policy
@@ -51,7 +65,7 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
     tz = getattr(ctx, "tz", None)  # tests fix the zone; None is the system's
     policy = Policy(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly,
                     keep_within=parse_duration(keep_within) if keep_within else None,
-                    keep_verified=keep_verified, force=force)
+                    keep_verified=keep_verified, force=force, live_jobs=_live_jobs(cfg))
     if not policy.has_rule:
         raise errors.UsageError("prune needs at least one of --keep-last, --keep-daily, --keep-weekly, "
                                 "--keep-within (refusing to select every set for deletion)")

@@ -57,9 +57,11 @@ def caller_and_clock(ctx) -> tuple[access.Caller, dt.datetime, dt.tzinfo | None]
 @click.option("--json", "as_json", is_flag=True, help="The versioned JSON document (docs/report.md).")
 @click.option("--snapshots", is_flag=True, help="One line per snapshot (volume part) instead of per set.")
 @click.option("--rpo-by-user", "by_user", is_flag=True, help="One line per user: jobs, verified jobs, best/worst RPO.")
+@click.option("--rpo-missed", is_flag=True,
+              help="Only sets of periodic jobs whose verified RPO is past their objective (RPOMet no).")
 @click.pass_obj
 def command(ctx, jobs, users, partitions, all_users, start, end, states, allocations, fmt, long_, helpformat,
-            parsable, parsable2, delimiter, noheader, verbose, as_json, snapshots, by_user):
+            parsable, parsable2, delimiter, noheader, verbose, as_json, snapshots, by_user, rpo_missed):
     """Snapshot sets of jobs, like sacct: which jobs have a restorable point, and how old it is.
 
     JOB.RESTART is one requeued run of a job (`show` takes the same form),
@@ -98,6 +100,9 @@ def command(ctx, jobs, users, partitions, all_users, start, end, states, allocat
             click.echo(describe_filter(f, tz), err=True)
         need_snaps = as_json or snapshots or any(fd.column.needs_snaps for fd in fields)
         rows = load_rows(repo, f, need_snaps=need_snaps and not by_user)
+    if rpo_missed:
+        # After the load: the objective and the RPO base are per job, known once rows are.
+        rows = [r for r in rows if r.rpo_missed(now)]
 
     if by_user:
         summary = byuser.summarize(rows, now)

@@ -12,6 +12,9 @@ restic's `forget --keep-*`, applied per job:
 - keep the newest VERIFIED set (--keep-verified, default on): it is the base
   of the job's RPO, so pruning it would silently make the RPO worse;
 - never leave a job that has a VERIFIED set without one unless forced;
+- never delete the newest VERIFIED set of a job that is running (Policy.live_jobs,
+  from squeue), whatever the rules, --no-keep-verified or --force say: it is what
+  a requeue or a failure of that job would restore from;
 - never touch a set still in flight (a coordinator owns it), even when forced;
 - sets that hold nothing restorable (PARTIAL, FAILED, ROLLED_BACK, or labelled
   "none") are deleted: they only cost space;
@@ -46,6 +49,11 @@ class Policy:
     keep_within: dt.timedelta | None = None
     keep_verified: bool = True
     force: bool = False
+    # Jobs Slurm says run now; None: Slurm could not say, so every job counts as running.
+    live_jobs: frozenset | None = frozenset()
+
+    def is_live(self, job_id: int) -> bool:
+        return self.live_jobs is None or job_id in self.live_jobs
 
     def __post_init__(self):
         for name in ("keep_last", "keep_daily", "keep_weekly"):
@@ -144,6 +152,10 @@ def _decide_job(job_id: int, sets: list[SetSummary], policy: Policy, clock: dt.d
     verified = [s for s in ordered if s.state == S.VERIFIED]
     if verified and policy.keep_verified:
         keep[verified[0].id].append("newest verified set")
+    if verified and policy.is_live(job_id):
+        keep[verified[0].id].append("newest verified set of a running job: kept whatever the rules say"
+                                    if policy.live_jobs is not None else
+                                    "newest verified set: Slurm could not say whether the job runs")
     if verified and not policy.force and not any(keep[v.id] for v in verified):
         why = "only verified set" if len(verified) == 1 else "newest of the job's verified sets"
         keep[verified[0].id].append(f"{why}: deleting would leave no verified set (--force deletes it)")

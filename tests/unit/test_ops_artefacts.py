@@ -48,7 +48,10 @@ def exposition(tmp_path_factory) -> str:
     with inv.session() as repo:
         repo.s.execute(update(JobRun).where(JobRun.job_id == 1001).values(snapshot_every=3600))
     inv.dispose()
-    code, out, exc = invoke(metrics_cmd.command, [], write_config(d, url), ROOT)
+    config = write_config(d, url)
+    with open(config, "a") as f:         # scheduled drills on: the overdue gauge is exported too
+        f.write('\n[restore]\nverify_within = "1h"\n')
+    code, out, exc = invoke(metrics_cmd.command, [], config, ROOT)
     assert code == 0, exc
     return out
 
@@ -98,7 +101,7 @@ def test_promtool_check_metrics_would_catch_a_counter_without_total():
 def test_the_rules_pass_promtool_check_rules():
     r = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "SUCCESS: 7 rules found" in r.stdout
+    assert "SUCCESS: 9 rules found" in r.stdout
 
 
 def _alert(eval_time, name, labels=None, annotations=None):
@@ -120,6 +123,10 @@ def test_the_rules_fire_on_the_series_metrics_writes(tmp_path):
         ('slurm_snap_newest_verified_age_seconds{job_id="7",user="alice",instance="ctl"}', "Inf+0x900"),
         ('slurm_snap_newest_verified_age_seconds{job_id="8",user="bob",instance="ctl"}', "86000+60x900"),
         ('slurm_snap_newest_verified_age_seconds{job_id="9",user="carol",instance="ctl"}', "3600x900"),
+        # carol's job takes a set every 10 minutes; her verified point is an hour old.
+        ('slurm_snap_rpo_objective_seconds{job_id="9",user="carol",instance="ctl"}', "600x900"),
+        # Three sets went past verify_within undrilled at minute 30.
+        ('slurm_snap_drills_overdue{instance="ctl"}', "0x30 3x900"),
         # The textfile stopped being written at minute 0.
         ('slurm_snap_collected_timestamp_seconds{instance="ctl"}', "0x900"),
     ]
@@ -145,6 +152,17 @@ def test_the_rules_fire_on_the_series_metrics_writes(tmp_path):
         _alert("2h", "SlurmSnapRPOTooOld", {"severity": "warning", "job_id": "8", "user": "bob", **inst},
                {"summary": "job 8 (bob): newest verified set is 1d 1h 53m 20s old",
                 "description": "Drill a newer set (`slurm-snap restore-test 8`) or check why no newer set was cut."}),
+        # carol: 3600 s > 2 x 600 s from the start; the rule waits 30 minutes. bob has no objective.
+        _alert("20m", "SlurmSnapRPOObjectiveMissed"),
+        _alert("40m", "SlurmSnapRPOObjectiveMissed", {"severity": "warning", "job_id": "9", "user": "carol", **inst},
+               {"summary": "job 9 (carol): verified RPO past twice its --snapshot-every objective",
+                "description": "`slurm-snap report -j 9 -o JobID,Trigger,State,Cut,RPO,Objective,RPOMet` shows "
+                               "which sets were cut and drilled; check `systemctl status slurm-snap-schedule.service`."}),
+        _alert("80m", "SlurmSnapDrillsOverdue"),
+        _alert("100m", "SlurmSnapDrillsOverdue", {"severity": "warning", **inst},
+               {"summary": "3 snapshot set(s) not drilled within restore.verify_within",
+                "description": "Raise [schedule] drills or check `slurm-snap schedule --dry-run` and the drills' "
+                               "reasons in `slurm-snap report -s complete`."}),
         _alert("9m", "SlurmSnapMetricsStale"),
         _alert("20m", "SlurmSnapMetricsStale", {"severity": "warning", **inst},
                {"summary": "slurm-snap metrics on ctl are 20m 0s old",

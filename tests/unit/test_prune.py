@@ -19,6 +19,14 @@ from slurm_snap.retention.policy import Policy
 from test_restore_support import NAME, T0, add_set, copy_tree, world  # noqa: F401  (fixture)
 
 
+
+@pytest.fixture(autouse=True)
+def _no_job_runs(monkeypatch):
+    """No Slurm here: prune asks squeue which jobs run (their newest verified
+    set is never pruned); these tests are about jobs that ended.
+    test_prune_keeps_a_running_jobs_verified_set and the one after it ask otherwise."""
+    monkeypatch.setattr("slurm_snap.slurm.commands.running_jobs", lambda timeout=10.0: {})
+
 def clock():
     return T0 + dt.timedelta(days=1)
 
@@ -284,3 +292,43 @@ def test_cli_text_prints_local_time_as_report_does(cli_world):
     assert "Z " not in result.output
     # the same instant as report's Cut column prints it in that zone
     assert format_time(T0 + dt.timedelta(seconds=1), ctx.tz) == "2026-11-30T13:00:01"
+
+
+def _verified_history(inv, w):
+    """Job 42: sets oldest first, the middle one VERIFIED; the newest COMPLETE."""
+    ids = [add_set(inv, w, epoch=f"v{i}", at=T0 + dt.timedelta(hours=i),
+                   state=S.VERIFIED if i == 1 else S.COMPLETE) for i in range(3)]
+    return ids
+
+
+def test_prune_keeps_a_running_jobs_verified_set(cli_world, capsys, monkeypatch):
+    """Whatever --force and --no-keep-verified say, the newest verified set of a
+    job squeue lists as running stays, and the dry run says why."""
+    w, inv = cli_world
+    ids = _verified_history(inv, w)
+    cfg = str(w.base / "slurm-snap.toml")
+    args = ["--config", cfg, "prune", "--keep-last", "1", "--no-keep-verified", "--force", "--json"]
+    assert main(args) == 0
+    ended = {d["set_id"]: d for d in json.loads(capsys.readouterr().out)["decisions"]}
+    assert ended[ids[1]]["action"] == "delete"              # the job ended: the rules decide
+    monkeypatch.setattr("slurm_snap.slurm.commands.running_jobs", lambda timeout=10.0: {42: 0})
+    assert main(args) == 0
+    live = {d["set_id"]: d for d in json.loads(capsys.readouterr().out)["decisions"]}
+    assert live[ids[1]]["action"] == "keep"
+    assert live[ids[1]]["reasons"] == ["newest verified set of a running job: kept whatever the rules say"]
+    assert live[ids[0]]["action"] == "delete" and live[ids[2]]["action"] == "keep"
+
+
+def test_prune_without_slurm_keeps_every_jobs_newest_verified_set(cli_world, capsys, monkeypatch):
+    def down(timeout=10.0):
+        raise errors.CommandFailed(argv0="squeue", status=1, stderr="slurmctld unreachable")
+
+    w, inv = cli_world
+    ids = _verified_history(inv, w)
+    monkeypatch.setattr("slurm_snap.slurm.commands.running_jobs", down)
+    assert main(["--config", str(w.base / "slurm-snap.toml"), "prune", "--keep-last", "1", "--no-keep-verified",
+                 "--force", "--json"]) == 0
+    out = capsys.readouterr()
+    assert "cannot tell which jobs run" in out.err and "slurmctld unreachable" in out.err
+    decisions = {d["set_id"]: d for d in json.loads(out.out)["decisions"]}
+    assert decisions[ids[1]]["reasons"] == ["newest verified set: Slurm could not say whether the job runs"]

@@ -375,3 +375,34 @@ def test_an_empty_list_is_an_error_not_no_filter(seeded, opt):
 
 def test_nodelist_is_compressed_as_slurm_writes_it(seeded):
     assert run(seeded, "-j", "1001", "-o", "JobID,NodeList", "-P", "-n") == "1001|n[1-2]\n1001|n[1-2]\n"
+
+
+def _objectives(seeded, every: dict):
+    from sqlalchemy import update
+
+    from slurm_snap.inventory.models import JobRun
+    from slurm_snap.inventory.repository import Inventory
+
+    inv = Inventory(seeded["url"])
+    with inv.session() as repo:
+        for (job, rc), seconds in every.items():
+            repo.s.execute(update(JobRun).where(JobRun.job_id == job, JobRun.restart_count == rc)
+                           .values(snapshot_every=seconds))
+    inv.dispose()
+
+
+def test_objective_beside_rpo_and_the_rpo_missed_filter(seeded):
+    """Issue 17: a periodic run's objective is its interval; RPOMet compares
+    the verified RPO with it, and --rpo-missed keeps only the jobs past it."""
+    _objectives(seeded, {(1001, 0): 3600, (1002, 1): 86400})
+    assert run(seeded, "-o", "JobID,RPO,Objective,RPOMet", "-P", "-n") == table("""
+1001|02:59:56|01:00:00|no
+1002.1|15:59:56|1-00:00:00|yes
+1001|02:59:56|01:00:00|no
+""")
+    assert run(seeded, "-o", "JobID,State,RPOMet", "-P", "-n", "--rpo-missed") == table("""
+1001|VERIFIED|no
+1001|COMPLETE|no
+""")
+    doc = json.loads(run(seeded, "--json", "--rpo-missed"))
+    assert {(s["job"], s["rpo_objective_seconds"], s["rpo_missed"]) for s in doc["sets"]} == {("1001", 3600, True)}

@@ -188,3 +188,21 @@ def test_empty_input():
 def test_bad_policy_values_are_refused(kwargs):
     with pytest.raises(errors.BadValueError):
         Policy(**kwargs)
+
+
+def test_a_running_jobs_newest_verified_set_survives_every_rule():
+    """Issue 17: whatever the rules, --no-keep-verified or --force say, the
+    newest VERIFIED set of a job Slurm says runs is kept, and says why; when
+    Slurm could not say, every job counts as running."""
+    job = HISTORY[0].job_id
+    forced = decide(HISTORY, Policy(keep_last=1, keep_verified=False, force=True), clock)
+    live = decide(HISTORY, Policy(keep_last=1, keep_verified=False, force=True, live_jobs=frozenset({job})), clock)
+    unknown = decide(HISTORY, Policy(keep_last=1, keep_verified=False, force=True, live_jobs=None), clock)
+    assert split(forced) == ([8, 9], [1, 2, 3, 4, 5, 6, 7, 10, 11])
+    assert split(live) == ([2, 8, 9], [1, 3, 4, 5, 6, 7, 10, 11])
+    assert reasons(live, 2) == ("newest verified set of a running job: kept whatever the rules say",)
+    assert split(unknown) == split(live)
+    assert reasons(unknown, 2) == ("newest verified set: Slurm could not say whether the job runs",)
+    other = decide(HISTORY, Policy(keep_last=1, keep_verified=False, force=True, live_jobs=frozenset({job + 1})),
+                   clock)
+    assert split(other) == split(forced)
