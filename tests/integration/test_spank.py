@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -265,7 +266,8 @@ def test_the_readmes_sbatch_examples_work_on_the_dev_cluster(cluster):
     assert sum(line.startswith("sbatch ") for line in lines) >= 2, lines
     run7 = f"run7-{time.monotonic_ns()}"
     for line in lines:
-        argv = line.replace("$PFS", str(cluster.pfs)).replace("$USER", cluster.user).replace("run7", run7).split()
+        # Split as the user's shell would (the guide quotes a resume command).
+        argv = shlex.split(line.replace("$PFS", str(cluster.pfs)).replace("$USER", cluster.user).replace("run7", run7))
         if argv[0] == "btrfs":
             _btrfs_subvolume(cluster, Path(argv[-1]))
             continue
