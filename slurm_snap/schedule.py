@@ -1,9 +1,9 @@
 """Continuous protection: one pass of the schedule runner (`slurm-snap
 schedule`, on the controller, every minute from a systemd timer or a
-scrontab line: etc/systemd/, etc/README.md).
+scrontab line: etc/slurm-snap-schedule.*, etc/README.md §9).
 
     1. ask Slurm once which jobs run (one `squeue --json`);
-    2. ask the inventory once which of them take periodic snapshots, with
+    2. ask the inventory (two queries per 500 of them) which take periodic snapshots, with
        each run's newest set and whether one is in flight;
     3. take the due sets through the on-demand path (the coordinator: the
        same signal, barrier, cut and honest label as `slurm-snap snapshot`),
@@ -18,7 +18,8 @@ scrontab line: etc/systemd/, etc/README.md).
 A set is due when its run's newest set (of any trigger: a preemption set or
 a manual one counts) was requested `every` seconds ago, or the run started
 that long ago without one. Nothing here queries Slurm or the inventory once
-per job: a pass with nothing due costs one squeue and one query
+per job: a pass with nothing due costs one squeue and two queries per
+500 running jobs
 (benchmarks/schedule.py).
 """
 from __future__ import annotations

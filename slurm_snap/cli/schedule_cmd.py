@@ -16,8 +16,8 @@ def command(ctx, dry_run, as_json):
     """Take the periodic snapshots that are due and run the scheduled drills.
 
     One pass, for a systemd timer or a scrontab line every minute (on the
-    controller, as root or an operator): one squeue call, one inventory
-    query, then the due sets through the on-demand path (at most
+    controller, as root or an operator): one squeue call, two inventory
+    queries per 500 running jobs, then the due sets through the on-demand path (at most
     schedule.concurrency at once, schedule.signal_gap seconds between two
     signals; a job with a set in flight is skipped), and drills of the newest
     never-drilled COMPLETE sets when restore.verify_within is set. Exit 0

@@ -73,22 +73,28 @@ class ScheduleQueries:
         ids = sorted(running)
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i:i + CHUNK]
-            # Sets aggregated apart and joined: a JSON column (options) has no
-            # equality on PostgreSQL, so it cannot sit in a GROUP BY.
-            sets = (select(SnapshotSet.job_run_id, func.max(SnapshotSet.requested_at).label("last"),
-                           func.sum(case((SnapshotSet.state.in_(active), 1), else_=0)).label("busy"))
-                    .where(SnapshotSet.job_id.in_(chunk)).group_by(SnapshotSet.job_run_id).subquery())
-            q = (select(JobRun.id, JobRun.job_id, JobRun.restart_count, JobRun.user_name, JobRun.snapshot_every,
-                        JobRun.created_at, JobRun.options, sets.c.last, sets.c.busy)
-                 .outerjoin(sets, sets.c.job_run_id == JobRun.id)
-                 .where(JobRun.snapshot_every.is_not(None), JobRun.job_id.in_(chunk)))
-            for run_id, job_id, restart, user, every, created, options, last, busy in self.s.execute(q):
-                if running.get(job_id) != restart:
-                    continue   # an earlier run of a requeued job, or one PrologSlurmctld has not recorded yet
-                out.append(PeriodicRun(run_id=run_id, job_id=job_id, restart_count=restart, user_name=user,
-                                       every=int(every), created_at=created, last_requested_at=last,
-                                       in_flight=bool(busy),
-                                       consistency=(options or {}).get("consistency") or S.WANT_APP))
+            # Two flat indexed queries per chunk, merged here: joined to an
+            # aggregated subquery, SQLite scanned the subquery once per run
+            # (0.4 s a pass at 1,000 jobs); and a JSON column (options) cannot
+            # sit in a GROUP BY on PostgreSQL.
+            runs = self.s.execute(
+                select(JobRun.id, JobRun.job_id, JobRun.restart_count, JobRun.user_name, JobRun.snapshot_every,
+                       JobRun.created_at, JobRun.options)
+                .where(JobRun.snapshot_every.is_not(None), JobRun.job_id.in_(chunk))).all()
+            mine = [r for r in runs if running.get(r.job_id) == r.restart_count]
+            if not mine:
+                continue   # none periodic (or only earlier runs of requeued jobs): no second query
+            sets = {run_id: (last, busy) for run_id, last, busy in self.s.execute(
+                select(SnapshotSet.job_run_id, func.max(SnapshotSet.requested_at),
+                       func.sum(case((SnapshotSet.state.in_(active), 1), else_=0)))
+                .where(SnapshotSet.job_id.in_([r.job_id for r in mine]))
+                .group_by(SnapshotSet.job_run_id))}
+            for r in mine:
+                last, busy = sets.get(r.id, (None, 0))
+                out.append(PeriodicRun(run_id=r.id, job_id=r.job_id, restart_count=r.restart_count,
+                                       user_name=r.user_name, every=int(r.snapshot_every), created_at=r.created_at,
+                                       last_requested_at=last, in_flight=bool(busy),
+                                       consistency=(r.options or {}).get("consistency") or S.WANT_APP))
         return out
 
     def drill_candidates(self, *, limit: int, exclude_jobs: Iterable[int] = ()) -> list[DrillCandidate]:
