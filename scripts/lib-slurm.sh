@@ -111,6 +111,9 @@ ReturnToService=2
 MpiDefault=none
 KillWait=2
 MinJobAge=30
+# benchmarks/schedule.py measures squeue with 10,000 jobs queued; Slurm's
+# default (10000) counts finished jobs too, so it could not hold them.
+MaxJobCount=20000
 CONF
 		# What an admin merges from etc/, with this cluster's install paths.
 		sed -e "s|/usr/local/libexec/slurm-snap|$STATE/$LIBEXEC_REL|g" "$REPO/etc/slurm.conf.slurm-snap"
