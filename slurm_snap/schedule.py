@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from .clock import aware, utcnow
-from .config import Config, duration_seconds
+from .config import Config
 from .errors import Busy, SnapError
 from .inventory.schedule import DrillCandidate, PeriodicRun
 
@@ -198,7 +198,3 @@ class Runner:
             log.exception("scheduled drill of set %s", c.set_id)
             return Drilled(set_id=c.set_id, job_id=c.job_id, error=f"internal error: {exc.__class__.__name__}: {exc}")
 
-
-def verify_within_seconds(cfg: Config) -> int | None:
-    text = cfg.restore.verify_within
-    return duration_seconds(text, key="restore.verify_within", path=cfg.path) if text else None

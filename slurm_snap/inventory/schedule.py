@@ -28,13 +28,17 @@ def _abandoned():
     return and_(RestoreTest.result == "FAILED", or_(*(RestoreTest.reason.like(p) for p in _ABANDONED)))
 
 
+def _has_verdict():
+    """A drill of the set gave it a verdict, or runs now (anything but abandoned)."""
+    return select(RestoreTest.id).where(RestoreTest.set_id == SnapshotSet.id, ~_abandoned()).exists()
+
+
 def _undrilled():
     """No drill gave the set a verdict (or runs now), and fewer than
     DRILL_ATTEMPTS were abandoned."""
-    verdict = select(RestoreTest.id).where(RestoreTest.set_id == SnapshotSet.id, ~_abandoned()).exists()
     attempts = (select(func.count(RestoreTest.id)).where(RestoreTest.set_id == SnapshotSet.id)
                 .scalar_subquery())
-    return and_(~verdict, attempts < DRILL_ATTEMPTS)
+    return and_(~_has_verdict(), attempts < DRILL_ATTEMPTS)
 
 
 @dataclass(frozen=True)
@@ -127,8 +131,7 @@ class ScheduleQueries:
     def overdue_drills(self, *, before: dt.datetime) -> int:
         """COMPLETE sets cut before `before` that no drill gave a verdict:
         past the site's verify_within (the metrics say how many)."""
-        verdict = select(RestoreTest.id).where(RestoreTest.set_id == SnapshotSet.id, ~_abandoned()).exists()
         q = (select(func.count()).select_from(SnapshotSet)
              .where(SnapshotSet.state == S.COMPLETE, SnapshotSet.consistency.in_(sorted(S.DRILLABLE)),
-                    SnapshotSet.cut_done_at < before, ~verdict))
+                    SnapshotSet.cut_done_at < before, ~_has_verdict()))
         return int(self.s.scalar(q) or 0)

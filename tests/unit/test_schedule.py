@@ -45,6 +45,13 @@ def add_set(repo, run, *, at, state=S.COMPLETE, consistency=S.APP, epoch=None):
     return st.id
 
 
+def abandon(repo, set_id, times, reason):
+    """`times` drills of the set that ended without a verdict (restore/drill.py's _abandon)."""
+    for _ in range(times):
+        rt = repo.start_restore_test(set_id, "x", "/tmp/abandoned")
+        repo.finish_restore_test(rt.id, passed=False, first_step=None, time_to_first_step=None, reason=reason)
+
+
 class Fake:
     """Slurm and the coordinator, recorded."""
 
@@ -187,16 +194,10 @@ def test_drills_take_the_newest_never_drilled_sets_one_per_job(inventory):
         # an abandoned drill (our side failed) is retried, three attempts in all
         f = add_run(repo, 6, every=None, options={"resume_cmd": "x"}, at=T0)
         f_set = add_set(repo, f, at=T0 + dt.timedelta(seconds=30))
-        for _ in range(2):
-            rt = repo.start_restore_test(f_set, "x", "/tmp/f")
-            repo.finish_restore_test(rt.id, passed=False, first_step=None, time_to_first_step=None,
-                                     reason="drill aborted: ssh n1: connection refused")
+        abandon(repo, f_set, 2, "drill aborted: ssh n1: connection refused")
         g = add_run(repo, 7, every=None, options={"resume_cmd": "x"}, at=T0)
         g_set = add_set(repo, g, at=T0 + dt.timedelta(seconds=20))
-        for _ in range(3):
-            rt = repo.start_restore_test(g_set, "x", "/tmp/g")
-            repo.finish_restore_test(rt.id, passed=False, first_step=None, time_to_first_step=None,
-                                     reason="interrupted: KeyboardInterrupt: ")
+        abandon(repo, g_set, 3, "interrupted: KeyboardInterrupt: ")
     fake = Fake({})
     cfg = cfg_with(drills=3, restore={"verify_within": "1h"})
     report = runner(cfg, inventory, fake, T0 + dt.timedelta(minutes=10)).pass_once()
