@@ -297,8 +297,8 @@ wait_nodes_idle() {
 	# nodes mixed/allocated for a while ("*" would mean not responding).
 	for i in $(seq 1 $((timeout * 5))); do
 		states=$(slurm_on login sinfo -h -N -o '%N=%T' 2>/dev/null | sort -u | tr '\n' ' ')
-		if [ "$(printf '%s' "$states" | grep -Eo 'n[0-9]+=(idle|mixed|allocated|completing) ' | wc -l)" -eq 3 ] &&
-			[ "$(printf '%s' "$states" | wc -w)" -eq 3 ]; then
+		if [ "$(printf '%s' "$states" | grep -Eo 'n[0-9]+=(idle|mixed|allocated|completing) ' | wc -l)" -eq "$NODE_COUNT" ] &&
+			[ "$(printf '%s' "$states" | wc -w)" -eq "$NODE_COUNT" ]; then
 			return 0
 		fi
 		sleep 0.2

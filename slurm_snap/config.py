@@ -125,6 +125,12 @@ class RestoreConfig:
     # The schedule runner drills every COMPLETE set of a job with a resume
     # command within this of its cut ("" = no scheduled drills), e.g. "1h".
     verify_within: str = ""
+    # Seconds a requeued run's Prolog (through the controller) may spend
+    # bringing node-local parts of the set it resumes from to the nodes its
+    # ranks now run on; past it the run starts without them, and
+    # resume.json, show and the job's output say which parts are missing.
+    # 0: never move them.
+    move_budget: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -434,6 +440,8 @@ def _check_schedule(cfg: Config) -> None:
         raise ConfigError(path=p, key="schedule.drills", why="must not be negative")
     if sch.signal_gap < 0:
         raise ConfigError(path=p, key="schedule.signal_gap", why="must not be negative")
+    if cfg.restore.move_budget < 0:
+        raise ConfigError(path=p, key="restore.move_budget", why="must be >= 0 (0: never move node-local parts)")
     if cfg.restore.verify_within and duration_seconds(cfg.restore.verify_within, key="restore.verify_within",
                                                       path=p) <= 0:
         raise ConfigError(path=p, key="restore.verify_within", why="must be positive (or \"\" for no drills)")
