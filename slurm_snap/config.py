@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal as _signal
 import tomllib
 import types
@@ -134,6 +135,18 @@ class RestoreConfig:
 
 
 @dataclass(frozen=True)
+class RepairConfig:
+    # A node Slurm has DOWN, DRAIN(ED) or FAIL with a reason matching this
+    # (case-insensitive) is lost with its disk: `repair` makes every set whose
+    # only copy of a node-local part was there PARTIAL. Drained for
+    # maintenance is not lost: the reason must say hardware.
+    lost_reason: str = r"hardware|\bhw\b|disk|nvme|ssd|failed|dead|lost|replace"
+    # Also ask each node's backend whether the snapshots recorded there still
+    # exist (a disk replaced under a node Slurm still runs).
+    probe_parts: bool = True
+
+
+@dataclass(frozen=True)
 class ScheduleConfig:
     # Partition -> interval of periodic snapshots for jobs that did not ask
     # with --snapshot-every ("*" = every partition), e.g. {"gpu" = "2h"}.
@@ -200,6 +213,7 @@ class Config:
     service: ServiceConfig = ServiceConfig()
     slurm: SlurmConfig = SlurmConfig()
     schedule: ScheduleConfig = ScheduleConfig()
+    repair: RepairConfig = RepairConfig()
     volume_classes: tuple[VolumeClass, ...] = ()
 
     @property
@@ -253,6 +267,7 @@ _SECTIONS = {
     "service": ServiceConfig,
     "slurm": SlurmConfig,
     "schedule": ScheduleConfig,
+    "repair": RepairConfig,
 }
 
 # Below this, periodic snapshots would do little but signal the job.
@@ -440,6 +455,10 @@ def _check_schedule(cfg: Config) -> None:
         raise ConfigError(path=p, key="schedule.drills", why="must not be negative")
     if sch.signal_gap < 0:
         raise ConfigError(path=p, key="schedule.signal_gap", why="must not be negative")
+    try:
+        re.compile(cfg.repair.lost_reason, re.I)
+    except re.error as exc:
+        raise ConfigError(path=p, key="repair.lost_reason", why=f"not a regular expression: {exc}") from None
     if cfg.restore.move_budget < 0:
         raise ConfigError(path=p, key="restore.move_budget", why="must be >= 0 (0: never move node-local parts)")
     if cfg.restore.verify_within and duration_seconds(cfg.restore.verify_within, key="restore.verify_within",

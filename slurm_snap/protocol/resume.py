@@ -42,7 +42,10 @@ def resume_point(cfg, inventory, job_id: int, *, nodes: list | None = None, rest
         if st is None:
             return None
         acks = [a for a in repo.acks(st.id) if a.manifest]
-        parts = [p for p in repo.snapshots(st.id) if p.state == "CUT" and p.path]
+        # A LOST part (its node or disk is gone: protocol.nodeloss) may still
+        # have a copy elsewhere to bring over.
+        parts = [p for p in repo.snapshots(st.id) if p.state in ("CUT", "LOST") and p.path]
+        lost_nodes = frozenset(p.node for p in parts if p.state == "LOST")
         if not acks or not parts:
             return None
         uid, old_nodes = st.job_run.uid, list(st.job_run.nodes or [])
@@ -67,7 +70,7 @@ def resume_point(cfg, inventory, job_id: int, *, nodes: list | None = None, rest
     rank_new = nodelocal.place_ranks(old_nodes, list(nodes), rank_old) if nodes else dict(rank_old)
     # Only the parts that hold a rank's checkpoint need to be where the rank is.
     needed = {v[2] for v in per_rank.values() if v[2] in views}
-    moves, unplaceable = nodelocal.plan([views[i] for i in sorted(needed)], rank_old, rank_new, held)
+    moves, unplaceable = nodelocal.plan([views[i] for i in sorted(needed)], rank_old, rank_new, held, lost_nodes)
     missing = list(unplaceable)
     records = []
     if moves:
@@ -90,7 +93,7 @@ def resume_point(cfg, inventory, job_id: int, *, nodes: list | None = None, rest
         why = ""
         if part is None:
             why = f"no part of set {set_id} holds {live}"
-        elif part in views and now != old and now not in held.get(part, set()):
+        elif part in views and (now != old or old in lost_nodes) and now not in held.get(part, set()):
             why = f"its {views[part].volume_class} part (cut on {old}) is not on {now}"
         ranks[str(r)] = {"node": now, "from": old, "live": live, "checkpoint": None if why else inside,
                          "missing": why}
