@@ -132,6 +132,13 @@ class RestoreConfig:
     # resume.json, show and the job's output say which parts are missing.
     # 0: never move them.
     move_budget: float = 60.0
+    # After the cut, the schedule runner copies every node-local part of each
+    # restorable set to a partner node (the next node of the job's node list),
+    # incrementally against the previous set's part where the backend can
+    # (btrfs send -p), so the loss of one node loses no set (SCR's Partner).
+    partner_copies: bool = False
+    # Seconds one runner pass may spend on partner copies.
+    partner_budget: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -459,6 +466,8 @@ def _check_schedule(cfg: Config) -> None:
         re.compile(cfg.repair.lost_reason, re.I)
     except re.error as exc:
         raise ConfigError(path=p, key="repair.lost_reason", why=f"not a regular expression: {exc}") from None
+    if cfg.restore.partner_budget <= 0:
+        raise ConfigError(path=p, key="restore.partner_budget", why="must be positive")
     if cfg.restore.move_budget < 0:
         raise ConfigError(path=p, key="restore.move_budget", why="must be >= 0 (0: never move node-local parts)")
     if cfg.restore.verify_within and duration_seconds(cfg.restore.verify_within, key="restore.verify_within",

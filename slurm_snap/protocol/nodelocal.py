@@ -49,6 +49,9 @@ class Move:
     to_node: str
     ranks: tuple[int, ...]
     source_node: str         # the original's node, or a node holding a copy
+    # A snapshot of the same volume both nodes hold: send only what changed
+    # since it (btrfs send -p). Tried once; on failure the full stream.
+    parent: PartView | None = None
 
 
 def place_ranks(old_nodes: list[str], new_nodes: list[str], rank_old: dict[int, str]) -> dict[int, str | None]:
@@ -111,9 +114,19 @@ def execute(cfg, moves: list[Move], *, budget: float, for_restart: int | None, p
                               error=f"not started: the {budget:g} s budget (restore.move_budget) was spent")
         ref = SnapshotRef(backend=m.part.backend, volume=m.part.volume, name=m.part.name, ref=m.part.ref,
                           path=m.part.path or None)
+        parent = None if m.parent is None else SnapshotRef(
+            backend=m.parent.backend, volume=m.parent.volume, name=m.parent.name, ref=m.parent.ref,
+            path=m.parent.path or None)
         try:
-            got = xfer.transfer(backend_on(m.part.volume_class, m.source_node), ref,
-                                backend_on(m.part.volume_class, m.to_node), timeout=left)
+            source, target = backend_on(m.part.volume_class, m.source_node), backend_on(m.part.volume_class, m.to_node)
+            try:
+                got = xfer.transfer(source, ref, target, timeout=left, parent=parent)
+            except SnapError:
+                if parent is None:
+                    raise
+                # The parent may have been pruned on one side since: a full
+                # stream costs more but needs nothing on the target.
+                got = xfer.transfer(source, ref, target, timeout=max(0.1, deadline - time.monotonic()))
         except SnapError as exc:
             return CopyRecord(**base, state="FAILED", error=str(exc)[:2000])
         except Exception as exc:  # noqa: BLE001 -- a failed copy is a missing part, never a failed Prolog
