@@ -138,3 +138,105 @@ def test_requeued_onto_other_nodes_resumes_with_every_ranks_node_local_state(clu
         if drained:
             cluster.run(["scontrol", "update", f"nodename={','.join(drained)}", "state=resume"], timeout=30,
                         host="ctl")
+
+
+def _restorable_with_a_part_lost_for_good(repo):
+    """Restorable sets that have a LOST node-local part with no surviving copy: must be none."""
+    from slurm_snap import states as S
+
+    bad = []
+    for st in repo.sets_in_states(S.RESTORABLE):
+        ok = {c.snapshot_id for c in repo.copies(st.id, states=("OK",))}
+        bad += [(st.id, st.state, p.node) for p in repo.snapshots(st.id) if p.state == "LOST" and p.id not in ok]
+    return bad
+
+
+def _parts(repo, set_id: int):
+    return sorted((p.node, p.state, p.error) for p in repo.snapshots(set_id) if p.node), repo.get_set(set_id).state
+
+
+def test_with_partner_copies_a_destroyed_disk_loses_no_set_and_the_run_resumes(cluster4):
+    cluster = cluster4
+    train = cluster.write_user_file("train-partner.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
+    out = cluster.make_user_dir(f"partner-{time.monotonic_ns()}")
+    jid = cluster.sbatch("-p", "low", "--requeue", "--open-mode=append", "--snapshot-on-preempt",
+                         "--snapshot-independent-ranks", "-N2", "--ntasks-per-node=1", "-c1",
+                         "--snapshot-volumes=scratch,pfs", "-o", f"{out}/slurm-%j.out",
+                         script=BATCH.format(train=train, python=cluster.python, scratch=cluster.scratch))
+    log = out / f"slurm-{jid}.out"
+    drained: list[str] = []
+    try:
+        first = cluster.wait_state(jid, "RUNNING", timeout=60)
+        old = cluster.run(["scontrol", "show", "hostnames", first.nodes], timeout=30).stdout.split()
+        deadline = time.monotonic() + 90
+        while len(re.findall(r"^step \d+", log.read_text() if log.exists() else "", re.M)) < 10:
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        cluster.sbatch("-p", "high", "-w", ",".join(old), "--exclusive", "-o", "/dev/null", "-J", "preemptor",
+                       "--wrap", "/bin/true")
+        cluster.wait_for(jid, lambda j: j is not None and j.restart_count >= 1, timeout=90, what="requeue",
+                         interval=0.2)
+        # Keep the requeued run waiting while the partner copies are made and a disk is destroyed.
+        deadline = time.monotonic() + 30
+        while cluster.run(["scontrol", "hold", str(jid)], timeout=30, host="ctl").returncode != 0:
+            assert time.monotonic() < deadline, "could not hold the requeued job"
+            time.sleep(0.2)
+        deadline = time.monotonic() + 120
+        while (found := cluster.inventory(_preempt_set, jid)) is None:
+            assert time.monotonic() < deadline, f"no finished preemption set; hook log:\n{cluster.hook_log()[-4000:]}"
+            time.sleep(0.5)
+        set_id, state, consistency, reason, acks = found
+        assert (state, consistency) == ("COMPLETE", "app-consistent"), reason
+
+        # The schedule runner with partner copies on: each part to the job's other node.
+        conf = cluster.host_dir("ctl") / "etc" / "slurm-snap-partner.toml"
+        text = (cluster.host_dir("ctl") / "etc" / "slurm-snap.toml").read_text()
+        assert "\n[restore]\n" in text
+        conf.write_text(text.replace("\n[restore]\n", "\n[restore]\npartner_copies = true\n", 1))
+        ran = cluster.run([cluster.helper, "--config", f"{cluster.state}/local/etc/slurm-snap-partner.toml",
+                           "schedule"], host="ctl", timeout=300)
+        assert ran.returncode == 0, ran.stderr
+        copies = cluster.inventory(_copies, set_id)
+        partner_rows = sorted((c[0], c[1], c[2]) for c in copies)
+        assert partner_rows == sorted([(old[0], old[1], "OK"), (old[1], old[0], "OK")]), (copies, ran.stdout)
+        shown = json.loads(cluster.cli("show", f"set:{set_id}", "--json", timeout=60).stdout)
+        assert shown["set"]["survives_node_loss"] is True
+
+        # old[1]'s disk dies: every snapshot on it is gone, and Slurm has the node drained for it.
+        snapdir = cluster.disk(old[1]) / "jobs" / ".snapshots"
+        for snap in sorted(snapdir.iterdir()):
+            cluster.run(["/usr/bin/btrfs", "subvolume", "delete", str(cluster.state / "mnt" / "scratch" / "jobs" /
+                                                                      ".snapshots" / snap.name)],
+                        host=old[1], timeout=60, check=True)
+        _scontrol(cluster, "update", f"nodename={old[1]}", "state=drain", "reason=disk failure")
+        _scontrol(cluster, "update", f"nodename={old[0]}", "state=drain", "reason=maintenance")
+        drained = old
+        rep = cluster.cli("repair", "--json", timeout=300)
+        actions = json.loads(rep.stdout)
+        mine = [a for a in actions if a["set_id"] == set_id]
+        assert len(mine) == 1 and mine[0]["new_state"] == "COMPLETE" and f"a copy survives on {old[0]}" in \
+            mine[0]["reason"], actions
+        parts, st = cluster.inventory(_parts, set_id)
+        assert st == "COMPLETE" and [(n, s) for n, s, _e in parts] == sorted([(old[0], "CUT"), (old[1], "LOST")])
+        assert cluster.inventory(_restorable_with_a_part_lost_for_good) == []
+
+        _scontrol(cluster, "release", str(jid))
+        second = cluster.wait_state(jid, "RUNNING", timeout=120)
+        new = cluster.run(["scontrol", "show", "hostnames", second.nodes], timeout=30).stdout.split()
+        assert not set(new) & set(old), (old, new)
+        pattern = re.compile(r"^resumed from step (\d+) \((.*)\)$", re.M)
+        deadline = time.monotonic() + 120
+        while len(pattern.findall(log.read_text())) < 2:
+            assert time.monotonic() < deadline, \
+                f"requeued run did not resume:\n{log.read_text()[-3000:]}\n{cluster.hook_log()[-3000:]}"
+            time.sleep(0.5)
+        resumed = pattern.findall(log.read_text())
+        assert sorted(int(s) for s, _ in resumed) == sorted(s for _n, s in acks.values()), (resumed, acks)
+        # The lost node's part came from its partner copy.
+        moved = [c for c in cluster.inventory(_copies, set_id) if c[1] in new]
+        assert sorted((c[0], c[2]) for c in moved) == [(old[0], "OK"), (old[0], "OK")], moved
+    finally:
+        cluster.cancel(jid)
+        if drained:
+            cluster.run(["scontrol", "update", f"nodename={','.join(drained)}", "state=resume"], timeout=30,
+                        host="ctl")
