@@ -239,7 +239,7 @@ def test_a_prolog_that_fails_still_leaves_word_for_the_job(site, monkeypatch, ca
     neither wait out their bound nor stay silent."""
     from slurm_snap.hooks import jobhooks
 
-    def broken(cfg, inv, job):
+    def broken(cfg, inv, job, *, budget=None):
         raise RuntimeError("resume lookup exploded")
 
     monkeypatch.setattr("slurm_snap.protocol.preempt.prepare_resume", broken)
