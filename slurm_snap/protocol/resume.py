@@ -67,7 +67,10 @@ def resume_point(cfg, inventory, job_id: int, *, nodes: list | None = None, rest
         if step is None:
             step = first.step
     rank_old = {r: v[0] for r, v in per_rank.items()}
-    rank_new = nodelocal.place_ranks(old_nodes, list(nodes), rank_old) if nodes else dict(rank_old)
+    # Without both node lists there is nothing to map by: assume the same
+    # nodes (what every run before this feature did) rather than call every
+    # part missing.
+    rank_new = nodelocal.place_ranks(old_nodes, list(nodes), rank_old) if nodes and old_nodes else dict(rank_old)
     # Only the parts that hold a rank's checkpoint need to be where the rank is.
     needed = {v[2] for v in per_rank.values() if v[2] in views}
     moves, unplaceable = nodelocal.plan([views[i] for i in sorted(needed)], rank_old, rank_new, held, lost_nodes)
