@@ -43,10 +43,22 @@ def test_partner_is_the_next_node_of_the_job():
 def test_each_part_gets_a_partner_copy_incremental_from_the_second_set(env, monkeypatch):
     from slurm_snap.backends import transfer as xfer
 
+    from slurm_snap.inventory.repository import SetFilter
+    from slurm_snap.report.columns import parse_format
+    from slurm_snap.report.load import load_rows
+
+    def survives_in_report():
+        with env.inv.session() as repo:
+            (row,) = load_rows(repo, SetFilter(job_ids=(env.job_id,)), need_snaps=True)
+            return row.survives_node_loss()
+
     fake = FakeTransfers()
     monkeypatch.setattr(xfer, "transfer", fake)
     first = complete_set(env)
+    assert survives_in_report() is False        # report's Survives column: "no"
     made = partner.make_copies(env.cfg, env.inv, backend_on=lambda vclass, node: node)
+    assert survives_in_report() is True
+    assert any(f.column.name == "Survives" for f in parse_format("JobID,Survives"))
     assert sorted((c.source_node, c.node, c.method) for c in made) == [("n1", "n2", "send"), ("n2", "n1", "send")]
     assert partner.make_copies(env.cfg, env.inv, backend_on=lambda vclass, node: node) == []   # nothing left
     with env.inv.session() as repo:
