@@ -40,6 +40,9 @@ class CopyQueries:
             q = q.where(PartCopy.state.in_(tuple(states)))
         return list(self.s.scalars(q.order_by(PartCopy.id)))
 
+    def set_copy_state(self, copy_id: int, state: str, error: str = "") -> None:
+        self.s.execute(update(PartCopy).where(PartCopy.id == copy_id).values(state=state, error=error))
+
     def mark_copies_lost(self, node: str, why: str) -> int:
         """Every OK copy on `node` is gone with it."""
         res = self.s.execute(update(PartCopy).where(PartCopy.node == node, PartCopy.state == "OK")

@@ -98,3 +98,39 @@ def test_a_failed_partner_copy_is_recorded_and_the_set_says_it_would_not_survive
     # n2 lost: its part has a copy on n1? No: that copy failed, so the set is PARTIAL.
     (a,) = repair(env.cfg, env.inv, node_check=True, backend_on=Present(), node_states={"n2": ("down", "disk")})
     assert a.new_state == S.PARTIAL
+
+
+def test_prune_deletes_the_copies_on_other_nodes_and_skips_a_lost_part(env, monkeypatch):
+    from slurm_snap.backends import transfer as xfer
+    from slurm_snap.retention.prune import Pruner
+
+    monkeypatch.setattr(xfer, "transfer", FakeTransfers())
+    set_id = complete_set(env)
+    partner.make_copies(env.cfg, env.inv, backend_on=lambda vclass, node: node)
+    repair(env.cfg, env.inv, node_check=True, backend_on=Present(), node_states={"n2": ("down", "disk")})
+    deleted_copies, deleted_parts = [], []
+
+    class CopyBackend:
+        def __init__(self, node):
+            self.node = node
+
+        def delete(self, ref):
+            deleted_copies.append((self.node, ref.ref))
+            return True
+
+    class PartBackend:
+        def delete(self, ref):
+            deleted_parts.append(ref.ref)
+            return True
+
+    Pruner(env.inv, lambda snap: PartBackend(), copy_backend=lambda vclass, node: CopyBackend(node)) \
+        .delete_set(set_id, why="test")
+    with env.inv.session() as repo:
+        st = repo.get_set(set_id)
+        parts = {p.node: (p.state, p.ref) for p in repo.snapshots(set_id, include_deleted=True)}
+        copies = [(c.node, c.state) for c in repo.copies(set_id)]
+    assert st.state == S.DELETED
+    # n2's copy on n1 was OK and is deleted there; n1's copy on n2 was lost with n2 and is not asked for.
+    assert [n for n, _r in deleted_copies] == ["n1"] and sorted(copies) == [("n1", "DELETED"), ("n2", "LOST")]
+    # n2's own part was lost: nothing asked of a backend on n2.
+    assert parts["n2"][0] == "DELETED" and parts["n2"][1] not in deleted_parts and parts["n1"][1] in deleted_parts
