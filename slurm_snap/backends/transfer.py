@@ -139,11 +139,12 @@ def _pipe(source: Backend, out_argv: list[str], target: Backend, in_argv: list[s
         watchdog.cancel()
     if fired.is_set():
         raise errors.Timeout(what=f"transfer {source.transport.where} -> {target.transport.where}", seconds=timeout)
+    # The receiving end first: when it fails, the sender's broken pipe is only a consequence.
     for argv, res, where in ((in_argv, got_in, target.transport.where), (out_argv, got_out, source.transport.where)):
         if res.status != 0:
             lines = [ln.strip() for ln in res.stderr.decode(errors="replace").splitlines() if ln.strip()]
-            raise errors.CommandFailed(argv0=f"{argv[0].rsplit('/', 1)[-1]} {argv[1] if len(argv) > 1 else ''}"
-                                       f" (on {where})".replace("  ", " "), status=res.status,
+            tool = " ".join([argv[0].rsplit("/", 1)[-1], *argv[1:2]])   # e.g. "btrfs receive"
+            raise errors.CommandFailed(argv0=f"{tool} (on {where})", status=res.status,
                                        stderr=" / ".join(lines)[:2000] or "(no stderr)", argv=argv, host=where)
     if broken is not None:
         raise errors.TransportError(host=target.transport.where, why=f"stream broken: {broken}")
