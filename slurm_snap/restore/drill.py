@@ -218,6 +218,13 @@ def place(snapshots, old_nodes: list[str], acks, copies, place: Placement,
         nodes = list(place.nodes)
         if len(set(nodes)) != len(nodes):
             raise errors.BadValueError(what="--nodelist", value=",".join(nodes), why="names a node twice")
+        # Root reaches these hosts over SSH to bring the parts: only nodes
+        # Slurm has and would run the drill on, never any host a user types.
+        known = set(usable())
+        strange = [n for n in nodes if n not in known]
+        if strange:
+            raise errors.BadValueError(what="--nodelist", value=",".join(nodes),
+                                       why=f"{', '.join(strange)}: not a usable Slurm node")
         # A part's copy has its original's path: on a node that cut another
         # part of the set it would land on that part.
         clash = [n for k, n in enumerate(nodes) if n in cut and (k >= len(old_nodes) or old_nodes[k] != n)]
