@@ -552,6 +552,8 @@ class Drill:
         """A placed clone: on `node`, next to the snapshot (or the copy brought
         there, at the same path), never in the shared namespace."""
         backend = self.backend_on(snap.volume.volume_class, node)
+        if not snap.ref.startswith("/") or "mkdir" not in backend.tools:
+            raise errors.Unsupported(backend=backend.name, verb="a clone placed on another node")
         alt = nsmod.alt_namespace(snap.ref, ns)
         check_target(alt, plan.live, self.cfg, protected=plan.protected)
         if alt not in state["namespaces"]:
