@@ -86,7 +86,7 @@ def bench(nbytes: int, nfiles: int, fraction: float) -> list[tuple[str, float, i
             rows.append((what, time.monotonic() - t0, out))
             return out
 
-        full = timed("full (btrfs send)", lambda: transfer(src, s1, dst, timeout=3600, into=into).bytes)
+        timed("full (btrfs send)", lambda: transfer(src, s1, dst, timeout=3600, into=into).bytes)
         # 1% of the files rewritten whole, new bytes (an optimizer state, a shard).
         changed = max(1, int(nfiles * fraction))
         per = max(1, nbytes // nfiles)
