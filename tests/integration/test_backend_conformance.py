@@ -1,10 +1,11 @@
 """One conformance suite, run by every backend.
 
 Real filesystems: btrfs and xfs-reflink on loop devices, btrfs again through
-SshTransport against our own sshd, and zfs on a zfs-fuse pool (the zfs-fuse
-0.7 CLI dialect). zfs again (the OpenZFS 2.x dialect), lvm, lustre, gpfs and
-cephfs run against the fake CLIs in tests/fakes (documented argv, output and
-errors; not the real systems). Each case asserts the contract in base.py.
+SshTransport against our own sshd, zfs on a zfs-fuse pool (the zfs-fuse
+0.7 CLI dialect), and cephfs on a one-host Ceph 16 mounted with ceph-fuse
+(tests/integration/ceph_cluster.py). zfs again (the OpenZFS 2.x dialect),
+lvm, lustre, gpfs and cephfs again run against the fake CLIs in tests/fakes
+(documented argv, output and errors; not the real systems). Each case asserts the contract in base.py.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from slurm_snap.backends.ssh import SshTransport
 from slurm_snap.backends.transport import LocalTransport
 
 btrfs_fs, xfs_fs, sshd, zfs_pool = realfs.btrfs_fs, realfs.xfs_fs, realfs.sshd, realfs.zfs_pool  # session fixtures
+cephfs = realfs.cephfs
 
 FAKES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fakes")
 FAKE_ENV = "SLURM_SNAP_FAKE_STATE"
@@ -182,6 +184,20 @@ def _cephfs(tmp_path) -> Harness:
                    make, volume_dir=lambda v: v)
 
 
+def _cephfs_real(mounted) -> Harness:
+    parent = os.path.join(mounted.mountpoint, f"t{next(_seq)}")
+    vols = [os.path.join(parent, n) for n in ("vol", "other", ODD)]
+    for v in vols:
+        os.makedirs(v)
+
+    def make(**opts):
+        return get_backend("cephfs", opts, LocalTransport())
+
+    # A CephFS snapshot is read-only for root too (EROFS), and browsable under .snap.
+    return Harness(make(), vols[0], vols[1], "independent", vols[2], lambda n: os.path.join(parent, f"clone-{n}"),
+                   make, volume_dir=lambda v: v, enforced_ro=True)
+
+
 REAL = pytest.mark.integration
 BACKENDS = [
     pytest.param("btrfs", marks=REAL),
@@ -189,6 +205,7 @@ BACKENDS = [
     pytest.param("xfs-reflink", marks=REAL),
     pytest.param("xfs-reflink-mode", marks=REAL),
     pytest.param("zfs-fuse", marks=REAL),
+    pytest.param("cephfs-real", marks=REAL),
     "zfs", "lvm", "lustre", "gpfs", "cephfs",
 ]
 
@@ -206,6 +223,8 @@ def h(request, tmp_path) -> Harness:
         return _btrfs(request.getfixturevalue("btrfs_fs").mountpoint, transport)
     if kind == "zfs-fuse":
         return _zfs_fuse(request.getfixturevalue("zfs_pool"))
+    if kind == "cephfs-real":
+        return _cephfs_real(request.getfixturevalue("cephfs"))
     if kind.startswith("xfs-reflink"):
         return _xfs(request.getfixturevalue("xfs_fs").mountpoint, "mode" if kind.endswith("mode") else "immutable")
     return {"zfs": _zfs, "lvm": _lvm, "lustre": _lustre, "gpfs": _gpfs, "cephfs": _cephfs}[kind](tmp_path)
@@ -415,7 +434,7 @@ def test_invalid_snapshot_name_is_rejected(h: Harness):
 # Backends whose volumes are directories named by path (zfs, lvm and gpfs name
 # datasets, logical volumes and filesets; lustre cuts the whole filesystem).
 PATH_BACKENDS = [pytest.param("btrfs", marks=REAL), pytest.param("btrfs-ssh", marks=REAL),
-                 pytest.param("xfs-reflink", marks=REAL), "cephfs"]
+                 pytest.param("xfs-reflink", marks=REAL), pytest.param("cephfs-real", marks=REAL), "cephfs"]
 
 
 @pytest.mark.parametrize("h", PATH_BACKENDS, indirect=True)
