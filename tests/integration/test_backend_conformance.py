@@ -478,6 +478,34 @@ def test_zfs_delete_clone_destroys_only_a_clone(h: Harness):
     assert h.backend.delete(ref) is True  # no clone pins it any more
 
 
+@pytest.mark.parametrize("h", [pytest.param("cephfs-real", marks=REAL), "cephfs"], indirect=True)
+def test_cephfs_refuses_names_the_mds_reserves(h: Harness):
+    """The MDS answers mkdir .snap/_NAME with EINVAL (Ceph 16, measured): such
+    names are how ancestors' snapshots show. Refused before any tool runs."""
+    for bad in ("_a_1", "_x"):
+        with pytest.raises(errors.BadValueError) as e:
+            h.backend.create(h.volume, bad)
+        assert repr(bad) in str(e.value) and "reserves" in str(e.value)
+    assert h.backend.list(h.volume) == []
+
+
+@pytest.mark.integration
+def test_cephfs_ancestors_snapshots_are_not_listed(cephfs):
+    """A snapshot of a parent shows in every descendant's .snap as
+    _NAME_INODE; list() must not take it for the volume's own."""
+    h = _cephfs_real(cephfs)
+    parent = os.path.dirname(h.volume)
+    os.mkdir(os.path.join(parent, ".snap", "up"))
+    try:
+        inherited = os.listdir(os.path.join(h.volume, ".snap"))
+        assert len(inherited) == 1 and inherited[0].startswith("_up_"), inherited  # what the real MDS shows
+        assert h.backend.list(h.volume) == []
+        mine = h.backend.create(h.volume, "s1")
+        assert h.backend.list(h.volume) == [mine]
+    finally:
+        os.rmdir(os.path.join(parent, ".snap", "up"))
+
+
 @pytest.mark.integration
 def test_btrfs_refuses_a_plain_directory_as_volume(btrfs_fs):
     plain = os.path.join(btrfs_fs.mountpoint, f"plain-{next(_seq)}")
