@@ -9,8 +9,8 @@ unmount, then mds, osd, mgr, mon). The OSD stores objects in memory
 and nothing survives the session.
 
 Measured on this machine kind (2 cores, Debian 12, Ceph 16.2.15): start to
-an active MDS and a ceph-fuse mount in about 6 s (most of it the mon's
-first election and the MDS going through its boot states), ~450 MB RSS for
+an active MDS and a ceph-fuse mount in 7 to 12 s (most of it the mon's
+first election and the MDS going through its boot states), ~440 MiB RSS for
 the five processes. With CI=true a missing package is a failure.
 """
 from __future__ import annotations
