@@ -131,6 +131,22 @@ def _zfs_fuse(pool) -> Harness:
                    clones_pin=True)
 
 
+def _zfs_fuse_paths(pool) -> Harness:
+    """The same pool, volumes and clone targets named by path, as volume
+    classes and restore drills name them: a volume is a dataset's mountpoint,
+    a clone a dataset mounted at the target (inside the pool's mounts)."""
+    h = _zfs_fuse(pool)
+    mp = h.volume_dir
+
+    def make(**opts):
+        return get_backend("zfs", opts, LocalTransport())
+
+    parent = os.path.dirname(mp(h.volume))
+    return Harness(make(), mp(h.volume), mp(h.other_volume), "independent", mp(h.odd_volume),
+                   lambda n: os.path.join(parent, f"clone-{n}"), make, volume_dir=lambda v: v,
+                   enforced_ro=True, browsable=False, clones_pin=True)
+
+
 def _lvm(tmp_path) -> Harness:
     state, transport, tool = _fake_env(tmp_path)
     tool("vgcreate", "vg0", "/dev/fake")
@@ -205,6 +221,7 @@ BACKENDS = [
     pytest.param("xfs-reflink", marks=REAL),
     pytest.param("xfs-reflink-mode", marks=REAL),
     pytest.param("zfs-fuse", marks=REAL),
+    pytest.param("zfs-fuse-paths", marks=REAL),
     pytest.param("cephfs-real", marks=REAL),
     "zfs", "lvm", "lustre", "gpfs", "cephfs",
 ]
@@ -223,6 +240,8 @@ def h(request, tmp_path) -> Harness:
         return _btrfs(request.getfixturevalue("btrfs_fs").mountpoint, transport)
     if kind == "zfs-fuse":
         return _zfs_fuse(request.getfixturevalue("zfs_pool"))
+    if kind == "zfs-fuse-paths":
+        return _zfs_fuse_paths(request.getfixturevalue("zfs_pool"))
     if kind == "cephfs-real":
         return _cephfs_real(request.getfixturevalue("cephfs"))
     if kind.startswith("xfs-reflink"):
@@ -461,7 +480,8 @@ def test_a_volume_swapped_for_a_symlink_is_refused_as_a_symlink(h: Harness):
 
 
 # --------------------------------------------------------------------------- backend-specific
-@pytest.mark.parametrize("h", [pytest.param("zfs-fuse", marks=REAL), "zfs"], indirect=True)
+@pytest.mark.parametrize("h", [pytest.param("zfs-fuse", marks=REAL), pytest.param("zfs-fuse-paths", marks=REAL), "zfs"],
+                         indirect=True)
 def test_zfs_delete_clone_destroys_only_a_clone(h: Harness):
     ref = h.backend.create(h.volume, "s1")
     path = h.backend.clone(ref, h.clone_target("c1"))
@@ -504,6 +524,33 @@ def test_cephfs_ancestors_snapshots_are_not_listed(cephfs):
         assert h.backend.list(h.volume) == [mine]
     finally:
         os.rmdir(os.path.join(parent, ".snap", "up"))
+
+
+@pytest.mark.integration
+def test_zfs_path_volumes_must_be_mountpoints_and_clones_stay_in_the_pool(zfs_pool, tmp_path):
+    h = _zfs_fuse_paths(zfs_pool)
+    inside = os.path.join(h.volume, "subdir")
+    os.mkdir(inside)
+    with pytest.raises(errors.BadValueError) as e:  # a directory inside a dataset is not a volume
+        h.backend.create(inside, "s1")
+    assert repr(inside) in str(e.value) and "no zfs dataset is mounted there" in str(e.value)
+    ref = h.backend.create(h.volume, "s1")
+    elsewhere = str(tmp_path / "restore" / "vol")  # not on the pool: another filesystem
+    os.makedirs(os.path.dirname(elsewhere))
+    with pytest.raises(errors.OtherFilesystem) as e:
+        h.backend.clone(ref, elsewhere)
+    assert repr(elsewhere) in str(e.value) and zfs_pool.name in str(e.value)
+    assert not os.path.exists(elsewhere)
+    # create_volume: a child dataset of the dataset mounted at the parent (the Prolog's per-job volume)
+    jobs = os.path.dirname(h.volume)
+    made = h.backend.create_volume(os.path.join(jobs, "job42"))
+    assert made == os.path.join(jobs, "job42") and os.path.ismount(made)
+    assert h.backend.create(made, "s1").ref.endswith("/job42@s1")
+    with pytest.raises(errors.AlreadyExists):
+        h.backend.create_volume(made)
+    with pytest.raises(errors.BadValueError) as e:  # parent is a plain directory, not a dataset
+        h.backend.create_volume(os.path.join(inside, "job43"))
+    assert "not a zfs dataset's mountpoint" in str(e.value)
 
 
 @pytest.mark.integration
