@@ -135,7 +135,7 @@ mnt_up() {
 	for h in $HOSTS; do
 		mnt_ns_alive "$h" && continue
 		: >"$NS_DIR/$h"
-		# private, or slave with --zfs (lib-zfs.sh says why)
+		# private, or unchanged with --zfs (lib-zfs.sh says why)
 		unshare --mount="$NS_DIR/$h" --propagation "$(host_propagation)" /bin/true ||
 			die "unshare --mount=$NS_DIR/$h failed"
 		host_mounts "$h"
@@ -181,10 +181,10 @@ write_hosts_file() {
 
 host_mounts() {
 	local h=$1 target d
+	zfs_host_mounts "$h"
 	while IFS= read -r target; do
 		in_mounts "$h" umount -l "$target" 2>/dev/null || log "warning: $h: cannot detach $target"
 	done < <(foreign_mounts "$h")
-	zfs_host_mounts "$h"
 	write_hosts_file "$h"
 	in_mounts "$h" mount --bind "$STATE/hosts/$h/etc/hosts" /etc/hosts
 	in_mounts "$h" mount --bind "$STATE/hosts/$h" "$STATE/local"

@@ -8,10 +8,16 @@
 # in the machine room later (the Prolog's `zfs create` of a per-job dataset,
 # a drill's `zfs clone`) would never show in them. So STATE/mnt/zfs is a
 # bind of itself made shared before the pool is mounted on it, and with
-# --zfs the hosts' namespaces are made with --propagation slave: every
-# mount zfs-fuse makes below STATE/mnt/zfs appears on every host (as a
-# shared filesystem's mounts do on a real cluster), and nothing a host
-# mounts goes back. Without --zfs nothing here runs and the hosts stay
+# --zfs the hosts' namespaces are made with --propagation unchanged, which
+# keeps their copy of it in the same peer group: every mount zfs-fuse makes
+# below STATE/mnt/zfs appears on every host, as a shared filesystem's do on
+# a real cluster. Peers, not slaves: zfs-fuse's `zfs destroy` unmounts in
+# the caller's namespace, and run on ctl (a drill removing its clone) an
+# unmount in a slave never reached the daemon's mount, and the dataset
+# stayed "busy" for good (measured). Every other mount the machine room
+# shares (e.g. /run/netns) is made private in each host before anything is
+# unmounted there, so nothing a host does reaches the machine room but the
+# pool's mounts. Without --zfs nothing here runs and the hosts stay
 # --propagation private.
 #
 # The class is shared scope, cut once by the coordinator on ctl. Any host
@@ -94,16 +100,24 @@ zfs_down() {
 }
 
 # Propagation of the hosts' mount namespaces: see the top of this file.
-host_propagation() { if zfs_enabled; then echo slave; else echo private; fi; }
+host_propagation() { if zfs_enabled; then echo unchanged; else echo private; fi; }
 
-# With --propagation slave every mount the machine room had shared became a
-# slave copy; only the pool's mount is meant to be one: the others (e.g.
-# /run/netns, which `ip netns add` makes shared) go back to private.
+# With --propagation unchanged every mount the machine room shares is shared
+# with the new host too; only the pool's are meant to be: the others go
+# private, before host_mounts unmounts anything (an unmount of a shared
+# copy would reach the machine room). A host that cannot is not used.
 zfs_host_mounts() {
-	local h=$1 target
+	local h=$1 target left
 	zfs_enabled || return 0
 	zfs_paths
 	while IFS= read -r target; do
-		in_mounts "$h" mount --make-private "$target" 2>/dev/null || log "warning: $h: cannot make $target private"
-	done < <(in_mounts "$h" findmnt -rn -o TARGET,PROPAGATION | awk -v z="$ZFS_MNT" '$2 ~ /slave/ && index($1, z) != 1 {print $1}')
+		in_mounts "$h" mount --make-private "$target" || die "$h: cannot make $target private"
+	done < <(zfs_foreign_shared "$h")
+	left=$(zfs_foreign_shared "$h")
+	[ -z "$left" ] || die "$h: still shared with the machine room: $left"
+}
+
+zfs_foreign_shared() {
+	in_mounts "$1" findmnt -rn -o TARGET,PROPAGATION |
+		awk -v z="$ZFS_MNT" '$2 ~ /shared|slave/ && $1 != z && index($1, z "/") != 1 {print $1}'
 }

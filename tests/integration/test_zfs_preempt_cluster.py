@@ -87,14 +87,14 @@ def test_preempted_job_with_a_zfs_volume_gives_an_app_consistent_set_whose_drill
     live = zfs.job_path(None, jid)
     try:
         cluster.wait_state(jid, "RUNNING", timeout=60)
-        # The Prolog made the per-job volume a dataset of its own, owned by the user.
-        dataset = next(line.split("\t")[0] for line in _zfs("list", "-H", "-o", "name,mountpoint").splitlines()
-                       if line.split("\t")[1] == live)
-        assert dataset.endswith(f"/jobs/{jid}"), dataset
         deadline = time.monotonic() + 90
         while _steps(log) < 9:
             assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
             time.sleep(0.2)
+        # The Prolog made the per-job volume a dataset of its own.
+        datasets = [line.split("\t") for line in _zfs("list", "-H", "-o", "name,mountpoint").splitlines()]
+        dataset = next((name for name, mp in datasets if mp == live), None)
+        assert dataset is not None and dataset.endswith(f"/jobs/{jid}"), (datasets, cluster.hook_log()[-3000:])
 
         cluster.preempt()
         deadline = time.monotonic() + 120
