@@ -315,10 +315,10 @@ class ZfsBackend(Backend):
         """ZFS makes the directory of a `-o mountpoint=` clone and leaves it
         after destroy: removed (only if empty: rmdir), so the clone is gone as
         a path too. zfs-fuse finishes the unmount a moment later (EBUSY)."""
-        for delay in (0.0, *self.BUSY_RETRY_DELAYS):
-            time.sleep(delay)
+        for delay in self.BUSY_RETRY_DELAYS:
             if self.run("rmdir", "--", path, ok=(0, 1)).status == 0 or not self.path_exists(path):
                 return
+            time.sleep(delay)
         self.run("rmdir", "--", path)
 
     def delete_clone(self, path: str) -> bool:
