@@ -156,8 +156,9 @@ def cephfs_cluster():
     for d in ("run", "log", "crash", "data/mon.a", "data/mgr.x", "data/osd.0", "data/mds.a", "mnt"):
         os.makedirs(os.path.join(tmp, d))
     conf = os.path.join(tmp, "ceph.conf")
+    fsid, mon_port = str(uuid.uuid4()), free_port()
     with open(conf, "w") as f:
-        f.write(_conf(tmp, str(uuid.uuid4()), free_port()))
+        f.write(_conf(tmp, fsid, mon_port))
     admin = os.path.join(tmp, "admin.keyring")
     procs: dict[str, subprocess.Popen] = {}
     mounted = False
@@ -177,9 +178,7 @@ def cephfs_cluster():
              *[a for s in ("mon", "osd", "mds", "mgr") for a in ("--cap", s, "allow *")])
         tool("ceph-authtool", mon_keyring, "--import-keyring", admin)
         monmap = os.path.join(tmp, "monmap")
-        mon_host = open(conf).read().split("mon host = ")[1].split("\n")[0]
-        fsid = open(conf).read().split("fsid = ")[1].split("\n")[0]
-        tool("monmaptool", "--create", "--fsid", fsid, "--addv", "a", f"[{mon_host}]",
+        tool("monmaptool", "--create", "--fsid", fsid, "--addv", "a", f"[v2:127.0.0.1:{mon_port}]",
              "--set-min-mon-release", "pacific", monmap)
         tool("ceph-mon", "-c", conf, "--mkfs", "-i", "a", "--monmap", monmap, "--keyring", mon_keyring)
         procs["mon"] = _spawn(tmp, "mon", [which("ceph-mon"), "-f", "-c", conf, "-i", "a"])
@@ -193,7 +192,8 @@ def cephfs_cluster():
 
         osd_uuid = str(uuid.uuid4())
         osd_id = fs.ceph("osd", "new", osd_uuid).strip()
-        assert osd_id == "0", osd_id
+        if osd_id != "0":  # the conf's data dir and keyring are osd.0's
+            pytest.fail(f"ceph osd new gave id {osd_id!r}, expected '0'")
         fs.ceph("auth", "get-or-create", "osd.0", "mon", "allow profile osd", "mgr", "allow profile osd",
                 "osd", "allow *", "-o", os.path.join(tmp, "data/osd.0/keyring"))
         tool("ceph-osd", "-c", conf, "-i", "0", "--mkfs", "--osd-uuid", osd_uuid)
