@@ -115,6 +115,22 @@ def _zfs(tmp_path) -> Harness:
                    volume_dir=lambda v: os.path.join(state, "mnt", v), clones_pin=True)
 
 
+def _zfs_paths(tmp_path) -> Harness:
+    """The fake OpenZFS CLI with volumes and clone targets named by path (mountpoints)."""
+    state, transport, tool = _fake_env(tmp_path)
+    tool("zfs", "create", "tank")
+    vols = ["tank/vol", "tank/other", "tank/odd name:x.y-z"]
+    for v in vols:
+        tool("zfs", "create", v)
+    mnt = os.path.join(state, "mnt")
+
+    def make(**opts):
+        return get_backend("zfs", {"tool_dir": FAKES, **opts}, transport)
+
+    return Harness(make(), *(os.path.join(mnt, v) for v in vols[:2]), "independent", os.path.join(mnt, vols[2]),
+                   lambda n: os.path.join(mnt, "tank", f"clone-{n}"), make, volume_dir=lambda v: v, clones_pin=True)
+
+
 def _zfs_fuse(pool) -> Harness:
     parent = f"{pool.name}/t{next(_seq)}"
     vols = [f"{parent}/{n}" for n in ("vol", "other", "odd name:x.y-z")]
@@ -224,7 +240,7 @@ BACKENDS = [
     pytest.param("zfs-fuse", marks=REAL),
     pytest.param("zfs-fuse-paths", marks=REAL),
     pytest.param("cephfs-real", marks=REAL),
-    "zfs", "lvm", "lustre", "gpfs", "cephfs",
+    "zfs", "zfs-paths", "lvm", "lustre", "gpfs", "cephfs",
 ]
 
 
@@ -247,7 +263,8 @@ def h(request, tmp_path) -> Harness:
         return _cephfs_real(request.getfixturevalue("cephfs"))
     if kind.startswith("xfs-reflink"):
         return _xfs(request.getfixturevalue("xfs_fs").mountpoint, "mode" if kind.endswith("mode") else "immutable")
-    return {"zfs": _zfs, "lvm": _lvm, "lustre": _lustre, "gpfs": _gpfs, "cephfs": _cephfs}[kind](tmp_path)
+    return {"zfs": _zfs, "zfs-paths": _zfs_paths, "lvm": _lvm, "lustre": _lustre, "gpfs": _gpfs,
+            "cephfs": _cephfs}[kind](tmp_path)
 
 
 def snapshot_view(h: Harness, ref, tag: str) -> str:
@@ -481,8 +498,8 @@ def test_a_volume_swapped_for_a_symlink_is_refused_as_a_symlink(h: Harness):
 
 
 # --------------------------------------------------------------------------- backend-specific
-@pytest.mark.parametrize("h", [pytest.param("zfs-fuse", marks=REAL), pytest.param("zfs-fuse-paths", marks=REAL), "zfs"],
-                         indirect=True)
+@pytest.mark.parametrize("h", [pytest.param("zfs-fuse", marks=REAL), pytest.param("zfs-fuse-paths", marks=REAL), "zfs",
+                               "zfs-paths"], indirect=True)
 def test_zfs_delete_clone_destroys_only_a_clone(h: Harness):
     ref = h.backend.create(h.volume, "s1")
     path = h.backend.clone(ref, h.clone_target("c1"))
