@@ -300,6 +300,15 @@ def resume_source(args, ckpt: snap.Checkpointer, ckpt_dir: str) -> str | None:
         return found
     info = ckpt.resume_info()
     if info is not None:
+        mine = info["ranks"].get(str(ckpt.rank))
+        if mine is not None:
+            # This rank's own entry: its checkpoint where it now runs (a
+            # node-local one brought over from the node it ran on before).
+            found = mine.get("checkpoint") and find_checkpoint(mine["checkpoint"], args, ckpt.rank)
+            if found:
+                return found
+            if mine.get("missing"):
+                log(f"rank {ckpt.rank}: {mine['missing']}")
         for key in ("snapshot", "live"):
             location = info["checkpoint"][key]
             found = location and find_checkpoint(location, args, ckpt.rank)

@@ -1,4 +1,4 @@
-# The hosts of the dev cluster: ctl, n1..n3 and login, each a network
+# The hosts of the dev cluster: ctl, n1..nN (N=3 unless `up --nodes N`) and login, each a network
 # namespace and a persistent mount namespace of its own. Sourced.
 #
 # Network: one bridge (br0) inside the switch namespace TAG-sw; each host's
@@ -20,8 +20,13 @@
 # Daemons are started with nsenter --net --mount (ip netns exec would remount
 # /sys and slurmd fails on /sys/fs/cgroup: ../shared/SLURM-LAB.md).
 
-HOSTS="ctl n1 n2 n3 login"
 NS_DIR_REL=ns
+
+# NODES comes from the node count (scripts/dev-cluster: --nodes, kept in the
+# state dir so `down` and `status` see the same hosts); HOSTS follows it.
+set_hosts() {
+	HOSTS="ctl $NODES login"
+}
 
 # Names derived from the state dir, so two clusters never share one: TAG is
 # 8 characters, which keeps "TAG-login" within the 15 of an interface name.

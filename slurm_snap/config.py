@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal as _signal
 import tomllib
 import types
@@ -125,6 +126,31 @@ class RestoreConfig:
     # The schedule runner drills every COMPLETE set of a job with a resume
     # command within this of its cut ("" = no scheduled drills), e.g. "1h".
     verify_within: str = ""
+    # Seconds a requeued run's Prolog (through the controller) may spend
+    # bringing node-local parts of the set it resumes from to the nodes its
+    # ranks now run on; past it the run starts without them, and
+    # resume.json, show and the job's output say which parts are missing.
+    # 0: never move them.
+    move_budget: float = 60.0
+    # After the cut, the schedule runner copies every node-local part of each
+    # restorable set to a partner node (the next node of the job's node list),
+    # incrementally against the previous set's part where the backend can
+    # (btrfs send -p), so the loss of one node loses no set (SCR's Partner).
+    partner_copies: bool = False
+    # Seconds one runner pass may spend on partner copies.
+    partner_budget: float = 600.0
+
+
+@dataclass(frozen=True)
+class RepairConfig:
+    # A node Slurm has DOWN, DRAIN(ED) or FAIL with a reason matching this
+    # (case-insensitive) is lost with its disk: `repair` makes every set whose
+    # only copy of a node-local part was there PARTIAL. Drained for
+    # maintenance is not lost: the reason must say hardware.
+    lost_reason: str = r"hardware|\bhw\b|disk|nvme|ssd|failed|dead|lost|replace"
+    # Also ask each node's backend whether the snapshots recorded there still
+    # exist (a disk replaced under a node Slurm still runs).
+    probe_parts: bool = True
 
 
 @dataclass(frozen=True)
@@ -194,6 +220,7 @@ class Config:
     service: ServiceConfig = ServiceConfig()
     slurm: SlurmConfig = SlurmConfig()
     schedule: ScheduleConfig = ScheduleConfig()
+    repair: RepairConfig = RepairConfig()
     volume_classes: tuple[VolumeClass, ...] = ()
 
     @property
@@ -247,6 +274,7 @@ _SECTIONS = {
     "service": ServiceConfig,
     "slurm": SlurmConfig,
     "schedule": ScheduleConfig,
+    "repair": RepairConfig,
 }
 
 # Below this, periodic snapshots would do little but signal the job.
@@ -434,6 +462,14 @@ def _check_schedule(cfg: Config) -> None:
         raise ConfigError(path=p, key="schedule.drills", why="must not be negative")
     if sch.signal_gap < 0:
         raise ConfigError(path=p, key="schedule.signal_gap", why="must not be negative")
+    try:
+        re.compile(cfg.repair.lost_reason, re.I)
+    except re.error as exc:
+        raise ConfigError(path=p, key="repair.lost_reason", why=f"not a regular expression: {exc}") from None
+    if cfg.restore.partner_budget <= 0:
+        raise ConfigError(path=p, key="restore.partner_budget", why="must be positive")
+    if cfg.restore.move_budget < 0:
+        raise ConfigError(path=p, key="restore.move_budget", why="must be >= 0 (0: never move node-local parts)")
     if cfg.restore.verify_within and duration_seconds(cfg.restore.verify_within, key="restore.verify_within",
                                                       path=p) <= 0:
         raise ConfigError(path=p, key="restore.verify_within", why="must be positive (or \"\" for no drills)")

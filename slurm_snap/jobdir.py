@@ -247,7 +247,9 @@ class JobDir:
         return deadline is None or deadline >= (time.time() if now is None else now)
 
     def read_resume(self) -> dict | None:
-        """resume.json validated: {"set_id", "step", "checkpoint": {"live", "snapshot"}}."""
+        """resume.json validated: {"set_id", "step", "checkpoint": {"live", "snapshot"},
+        "ranks": {rank: {"node", "from", "live", "checkpoint", "missing"}}, "missing": [why...]}
+        ("ranks" and "missing" are {} and [] in files written before they existed)."""
         path = self.file(RESUME_FILE)
         data = _read(path)
         if data is None:
@@ -272,7 +274,19 @@ class JobDir:
             out[key] = value
         if out["live"] is None and out["snapshot"] is None:
             raise _field_error(path, "checkpoint", checkpoint, "names neither a live nor a snapshot path")
-        return {"set_id": set_id, "step": step, "checkpoint": out}
+        ranks = data.get("ranks") or {}
+        if not isinstance(ranks, dict):
+            raise _field_error(path, "ranks", ranks, "expected an object")
+        for rank, entry in ranks.items():
+            if not isinstance(entry, dict) or not str(rank).isdigit():
+                raise _field_error(path, f"ranks.{rank}", entry, "expected an object under a rank number")
+            value = entry.get("checkpoint")
+            if value is not None and (not isinstance(value, str) or not os.path.isabs(value)):
+                raise _field_error(path, f"ranks.{rank}.checkpoint", value, "expected an absolute path or null")
+        missing = data.get("missing") or []
+        if not isinstance(missing, list) or not all(isinstance(m, str) for m in missing):
+            raise _field_error(path, "missing", missing, "expected a list of strings")
+        return {"set_id": set_id, "step": step, "checkpoint": out, "ranks": ranks, "missing": missing}
 
     def find_volume(self, class_name: str, node: str) -> str | None:
         """Path of volume class `class_name` for `node` from job.json: the entry

@@ -13,7 +13,10 @@ scrontab line: etc/slurm-snap-schedule.*, etc/README.md §9).
        coordinator refuses a second set under the run's row lock, too);
     4. drill the newest never-drilled COMPLETE sets (restore.verify_within
        set), at most schedule.drills at once, as the job's user with the
-       resume command it recorded.
+       resume command it recorded;
+    5. with [restore] partner_copies, copy node-local parts of restorable
+       sets to their partner node (protocol.partner), after the cut and
+       outside its critical path.
 
 A set is due when its run's newest set (of any trigger: a preemption set or
 a manual one counts) was requested `every` seconds ago, or the run started
@@ -93,6 +96,8 @@ class PassReport:
     due: list[Due] = field(default_factory=list)
     taken: list[Taken] = field(default_factory=list)
     drills: list[Drilled] = field(default_factory=list)
+    # Partner copies made this pass ([restore] partner_copies): one line each.
+    partners: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
@@ -170,8 +175,18 @@ class Runner:
                 snap_futures.append(snaps.submit(self._one_snapshot, d, gate))
             report.taken = [f.result() for f in snap_futures]
             report.drills = [f.result() for f in drill_futures]
+        if self.cfg.restore.partner_copies:
+            report.partners = self._partners()
         report.seconds = time.monotonic() - t0
         return report
+
+    def _partners(self) -> list[str]:
+        from .protocol import nodelocal, partner
+
+        try:
+            return [nodelocal.describe(c) for c in partner.make_copies(self.cfg, self.inv)]
+        except SnapError as exc:
+            return [f"partner copies not made: {exc}"]
 
     def _one_snapshot(self, d: Due, gate: threading.Semaphore) -> Taken:
         try:

@@ -33,9 +33,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     QUIESCING: frozenset({CUTTING, FAILED, ROLLED_BACK}),
     CUTTING: frozenset({CUT, PARTIAL, FAILED, ROLLED_BACK}),
     CUT: frozenset({COMPLETE, PARTIAL, FAILED}),
-    COMPLETE: frozenset({VERIFIED, FAILED_RESTORE, DELETING}),
-    VERIFIED: frozenset({VERIFIED, FAILED_RESTORE, DELETING}),
-    FAILED_RESTORE: frozenset({VERIFIED, FAILED_RESTORE, DELETING}),
+    # -> PARTIAL: a node was lost with the only copy of a node-local part (repair).
+    COMPLETE: frozenset({VERIFIED, FAILED_RESTORE, PARTIAL, DELETING}),
+    VERIFIED: frozenset({VERIFIED, FAILED_RESTORE, PARTIAL, DELETING}),
+    FAILED_RESTORE: frozenset({VERIFIED, FAILED_RESTORE, PARTIAL, DELETING}),
     PARTIAL: frozenset({DELETING}),
     FAILED: frozenset({DELETING}),
     ROLLED_BACK: frozenset({DELETING}),

@@ -38,6 +38,11 @@ class Capabilities:
     scope: Scope          # what one snapshot covers
     needs_root: bool      # the tool must run as root on the target host
     can_clone: bool       # clone() is implemented
+    # How a snapshot reaches another host (backends.transfer): `send` is the
+    # filesystem's own stream (btrfs/zfs send), incremental against a parent
+    # both hosts hold; `copy` a tar stream of the snapshot's files, always full.
+    can_send: bool = False
+    can_copy: bool = False
 
 
 @dataclass(frozen=True)
@@ -280,6 +285,36 @@ class Backend(abc.ABC):
         caller then makes a plain directory inside the class's volume.
         """
         raise errors.Unsupported(backend=self.name, verb="create_volume")
+
+    # -- moving a snapshot to another host (backends.transfer drives these) --
+    def send_argv(self, ref: SnapshotRef, parent: SnapshotRef | None = None) -> list[str]:
+        """argv printing `ref` on stdout as the filesystem's own stream,
+        incremental against `parent` (a snapshot of the same volume that the
+        receiving host also holds). Only with capabilities.can_send."""
+        raise errors.Unsupported(backend=self.name, verb="send")
+
+    def receive_argv(self, ref: SnapshotRef) -> list[str]:
+        """argv that, fed send_argv()'s stream of `ref` from another host, makes
+        the same snapshot at the same ref on this host (the received copy).
+        MUST refuse nothing here; the caller has asked exists() first.
+        Only with capabilities.can_send."""
+        raise errors.Unsupported(backend=self.name, verb="receive")
+
+    def copy_out_argv(self, ref: SnapshotRef) -> list[str]:
+        """argv printing the snapshot's files as a tar stream (copy fallback)."""
+        raise errors.Unsupported(backend=self.name, verb="copy")
+
+    def copy_in_argv(self, ref: SnapshotRef) -> list[str]:
+        """argv unpacking copy_out_argv()'s stream into a partial place that
+        finish_copy_in() makes the snapshot `ref` (so exists() never sees half)."""
+        raise errors.Unsupported(backend=self.name, verb="copy")
+
+    def finish_copy_in(self, ref: SnapshotRef) -> SnapshotRef:
+        raise errors.Unsupported(backend=self.name, verb="copy")
+
+    def discard_partial(self, ref: SnapshotRef) -> None:
+        """Remove what a failed receive or copy of `ref` left on this host.
+        MUST NOT remove a complete snapshot (exists(ref) True)."""
 
     def tool_report(self) -> str | None:
         """What the backend's tool says it is (version, CLI dialect), for

@@ -48,7 +48,7 @@ class BtrfsBackend(Backend):
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(atomic=True, read_only=True, instant=True, per_file_cost=False,
-                            scope="volume", needs_root=True, can_clone=True)
+                            scope="volume", needs_root=True, can_clone=True, can_send=True)
 
     def snapdir(self, volume: str) -> str:
         if self.options["snapdir"]:
@@ -113,16 +113,46 @@ class BtrfsBackend(Backend):
         return refs
 
     def exists(self, ref: SnapshotRef) -> bool:
-        return self._snapshot_info(check_abs_path("snapshot", ref.ref)) is not None
+        info = self._snapshot_info(check_abs_path("snapshot", ref.ref))
+        if info is None:
+            return False
+        # Every snapshot is read-only (create's -r); a received copy becomes so
+        # only at the stream's end: a receive cut off half-way (full, or
+        # incremental, which starts as a writable snapshot of the parent)
+        # leaves a writable subvolume, which is not a snapshot.
+        return "readonly" in info.get("Flags", "")
+
+    # A snapshot travels as `btrfs send` (incremental with -p), and is
+    # received at the very same path on the other node: the per-job volume and
+    # its snapdir have the same path on every node, so resume.json, the
+    # inventory and a drill name one path whichever node holds the copy.
+    def send_argv(self, ref: SnapshotRef, parent: SnapshotRef | None = None) -> list[str]:
+        path = check_abs_path("snapshot", ref.ref)
+        extra = ["-p", check_abs_path("parent snapshot", parent.ref)] if parent is not None else []
+        return [self.tools["btrfs"], "send", "-q", *extra, path]
+
+    def receive_argv(self, ref: SnapshotRef) -> list[str]:
+        path = check_abs_path("snapshot", ref.ref)
+        self.mkdir_p(posixpath.dirname(path))
+        # receive names the subvolume after the sent one: DIR/<basename>.
+        return [self.tools["btrfs"], "receive", "-q", posixpath.dirname(path)]
+
+    def discard_partial(self, ref: SnapshotRef) -> None:
+        path = check_abs_path("snapshot", ref.ref)
+        info = self._snapshot_info(path)
+        if info is None or "readonly" in info.get("Flags", ""):
+            return
+        self.run("btrfs", "subvolume", "delete", "--", path)
 
     def delete(self, ref: SnapshotRef) -> bool:
         path = check_abs_path("snapshot", ref.ref)
         info = self._snapshot_info(path)
         if info is None:
             return False
-        # Refuse anything that is not a snapshot: a crafted ref must not be
-        # able to delete the live volume.
-        if info.get("Parent UUID", "-") == "-" or "readonly" not in info.get("Flags", ""):
+        # Refuse anything that is not a snapshot (taken here, or received from
+        # another node): a crafted ref must not be able to delete the live volume.
+        made = info.get("Parent UUID", "-") != "-" or info.get("Received UUID", "-") != "-"
+        if not made or "readonly" not in info.get("Flags", ""):
             raise errors.BadValueError(what="btrfs snapshot", value=path,
                                        why="is not a read-only snapshot; refusing to delete it")
         self.run("btrfs", "subvolume", "delete", "--", path)

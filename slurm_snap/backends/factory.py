@@ -3,6 +3,7 @@ host. The only place that decides which transport a class's tools run over,
 so the protocol, hooks and restore drills cannot disagree about it."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 from ..config import Config, VolumeClass
@@ -54,6 +55,18 @@ def backend_for_class(cfg: Config, vc: VolumeClass, node: str | None, *, local: 
             _cache.setdefault(key, backend)
             backend = _cache[key]
     return backend
+
+
+def backend_on_node(cfg: Config, class_name: str, node: str) -> Backend:
+    """A node-local class's backend on `node`, seen from the controller (over
+    SSH whatever the class's transport: moving a part between two nodes runs
+    on neither of them)."""
+    vc = cfg.volume_class(class_name)
+    if vc is None:
+        raise ConfigError(path=cfg.path, key="volume_class", why=f"class {class_name!r} is no longer configured")
+    if vc.transport != "ssh":
+        vc = dataclasses.replace(vc, transport="ssh")
+    return backend_for_class(cfg, vc, node)
 
 
 def backend_for_volume(cfg: Config, volume, *, local: bool = False) -> Backend:

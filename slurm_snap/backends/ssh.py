@@ -21,7 +21,7 @@ from typing import Sequence
 import paramiko
 
 from slurm_snap import errors
-from slurm_snap.backends.transport import FIXED_PATH, Result, Transport, _check_argv
+from slurm_snap.backends.transport import FIXED_PATH, Result, Stream, Transport, _check_argv
 
 # Exit status of coreutils timeout(1) when it had to kill the command.
 _TIMEOUT_STATUS = 124
@@ -146,6 +146,20 @@ class SshTransport(Transport):
             raise errors.Timeout(what=f"{what} on {self.where}", seconds=timeout)
         return Result(status, bytes(out), bytes(err))
 
+    def open(self, argv: Sequence[str], timeout: float, *, reads: bool, writes: bool) -> Stream:
+        argv = _check_argv(argv)
+        client = self._connect()
+        try:
+            chan = client.get_transport().open_session(timeout=self.connect_timeout)
+            chan.settimeout(timeout)
+            chan.exec_command(self.remote_command(argv, timeout))
+        except (paramiko.SSHException, OSError) as e:
+            self.close()
+            raise errors.TransportError(host=self.where, why=f"cannot start {' '.join(argv[:3])}: {e}") from None
+        if not writes:
+            chan.shutdown_write()
+        return _SshStream(chan, argv, self.where)
+
     # The script is a constant; tool names and directories only ever arrive
     # as positional parameters. For each tool it prints the first executable
     # DIR/TOOL, or an empty line. (`command -v` would answer "test" for a
@@ -167,3 +181,56 @@ class SshTransport(Transport):
 
     def find_tool(self, tool: str, tool_dir: str | None, timeout: float) -> str | None:
         return self.find_tools([tool], tool_dir, timeout)[tool]
+
+
+class _SshStream(Stream):
+    """One session channel: its stdout and stdin are the tool's; stderr is
+    buffered by paramiko and read at the end (a tool's stderr is small)."""
+
+    def __init__(self, chan: paramiko.Channel, argv: list[str], where: str):
+        self.chan, self.argv, self.where = chan, argv, where
+
+    def _failed(self, e: BaseException):
+        self.kill()
+        return errors.TransportError(host=self.where, why=f"{' '.join(self.argv[:3])}: {e}")
+
+    def read(self, size: int) -> bytes:
+        try:
+            return self.chan.recv(size)
+        except (paramiko.SSHException, OSError) as e:
+            raise self._failed(e) from None
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.chan.sendall(data)
+        except (paramiko.SSHException, OSError) as e:
+            raise self._failed(e) from None
+
+    def close_input(self) -> None:
+        try:
+            self.chan.shutdown_write()
+        except (paramiko.SSHException, OSError):
+            pass  # already closed: the tool has its EOF
+
+    def wait(self, timeout: float) -> Result:
+        deadline = time.monotonic() + timeout
+        err = bytearray()
+        try:
+            while not self.chan.exit_status_ready():
+                while self.chan.recv_stderr_ready():
+                    err += self.chan.recv_stderr(65536)
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise errors.Timeout(what=f"{' '.join(self.argv[:3])} on {self.where}", seconds=timeout)
+                time.sleep(0.01)
+            while self.chan.recv_stderr_ready():
+                err += self.chan.recv_stderr(65536)
+            status = self.chan.recv_exit_status()
+        finally:
+            self.chan.close()
+        return Result(status, b"", bytes(err))
+
+    def kill(self) -> None:
+        # Closing the channel hangs up the remote session; the remote
+        # timeout(1) wrapper kills the tool even if sshd does not.
+        self.chan.close()

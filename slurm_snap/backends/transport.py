@@ -11,6 +11,7 @@ import abc
 import os
 import signal
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -66,8 +67,80 @@ class Transport(abc.ABC):
         """find_tool for several tools; remote transports do it in one round trip."""
         return {t: self.find_tool(t, tool_dir, timeout) for t in tools}
 
+    def open(self, argv: Sequence[str], timeout: float, *, reads: bool, writes: bool) -> "Stream":
+        """Start argv (no shell) with its stdout (`reads`) and/or stdin
+        (`writes`) as byte streams for the caller: how a snapshot travels from
+        one host's tool to another's (backends.transfer) without a shell pipe.
+        MUST stop the tool once `timeout` seconds have passed. Optional."""
+        raise errors.Unsupported(backend=f"transport {self.where}", verb="streams")
+
     def close(self) -> None:
         """Release connections; the transport may be used again afterwards."""
+
+
+class Stream(abc.ABC):
+    """A running tool whose stdout and/or stdin the caller moves (Transport.open)."""
+
+    where: str
+
+    @abc.abstractmethod
+    def read(self, size: int) -> bytes:
+        """Up to `size` bytes of the tool's stdout; b"" at its end."""
+
+    @abc.abstractmethod
+    def write(self, data: bytes) -> None:
+        """All of `data` to the tool's stdin."""
+
+    @abc.abstractmethod
+    def close_input(self) -> None:
+        """EOF on the tool's stdin."""
+
+    @abc.abstractmethod
+    def wait(self, timeout: float) -> Result:
+        """The tool's exit status and stderr (stdout was the caller's); errors.Timeout after killing it."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Stop the tool now (a timeout or the other end failed); idempotent."""
+
+
+class _LocalStream(Stream):
+    def __init__(self, proc: subprocess.Popen, err, argv: list[str]):
+        self.proc, self.err, self.argv, self.where = proc, err, argv, "localhost"
+
+    def read(self, size: int) -> bytes:
+        return self.proc.stdout.read1(size)
+
+    def write(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+
+    def close_input(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
+    def wait(self, timeout: float) -> Result:
+        try:
+            status = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise errors.Timeout(what=" ".join(self.argv[:3]), seconds=timeout) from None
+        finally:
+            for f in (self.proc.stdout, self.proc.stdin):
+                if f is not None and not f.closed:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass  # a killed reader: nothing more to say to it
+        self.err.seek(0)
+        stderr = self.err.read()
+        self.err.close()
+        return Result(status, b"", stderr)
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 class LocalTransport(Transport):
@@ -91,6 +164,21 @@ class LocalTransport(Transport):
             if os.path.isfile(path) and os.access(path, os.X_OK):
                 return path
         return None
+
+    def open(self, argv: Sequence[str], timeout: float, *, reads: bool, writes: bool) -> Stream:
+        argv = _check_argv(argv)
+        # stderr to a file, not a pipe nobody reads while the data flows: a
+        # chatty tool would otherwise block on a full pipe and hang the transfer.
+        err = tempfile.TemporaryFile()
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE if writes else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if reads else subprocess.DEVNULL, stderr=err, env=self.env,
+                close_fds=True, start_new_session=True)
+        except FileNotFoundError:
+            err.close()
+            raise errors.ToolMissing("local", argv[0]) from None
+        return _LocalStream(proc, err, argv)
 
     def run(self, argv: Sequence[str], timeout: float, input: bytes | None = None) -> Result:
         argv = _check_argv(argv)

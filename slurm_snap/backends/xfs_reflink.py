@@ -34,7 +34,7 @@ class ReflinkBackend(Backend):
     name = "xfs-reflink"
     FS_TYPES = ("xfs",)
     TOOLS = ("cp",)
-    UTILS = ("test", "stat", "mkdir", "find", "mv", "rm", "chmod", "chattr", "tee", "cat")
+    UTILS = ("test", "stat", "mkdir", "find", "mv", "rm", "chmod", "chattr", "tee", "cat", "tar")
     OPTIONS = {"snapdir": (str, None), "seal": (str, "immutable")}
 
     def __init__(self, options, transport):
@@ -47,7 +47,7 @@ class ReflinkBackend(Backend):
     def capabilities(self) -> Capabilities:
         return Capabilities(atomic=False, read_only=self.options["seal"] == "immutable",
                             instant=False, per_file_cost=True, scope="volume",
-                            needs_root=True, can_clone=True)
+                            needs_root=True, can_clone=True, can_copy=True)
 
     def snapdir(self, volume: str) -> str:
         if self.options["snapdir"]:
@@ -124,6 +124,38 @@ class ReflinkBackend(Backend):
         if self.options["seal"] == "immutable":
             self.run("chattr", "+i", "--", target)
         return self._ref(volume, name, target, claim)
+
+    # A copy to another node: a tar stream of the snapshot unpacked into the
+    # partial place on the same path there, then claimed, sealed and renamed
+    # exactly as create() does, so exists() never sees half a copy.
+    def _partial(self, ref: SnapshotRef) -> str:
+        head, tail = posixpath.split(check_abs_path("snapshot", ref.ref))
+        return posixpath.join(head, f".{check_name(tail)}{PARTIAL_SUFFIX}")
+
+    def copy_out_argv(self, ref: SnapshotRef) -> list[str]:
+        return [self.tools["tar"], "-C", check_abs_path("snapshot", ref.ref), "--numeric-owner", "-cpf", "-", "."]
+
+    def copy_in_argv(self, ref: SnapshotRef) -> list[str]:
+        partial = self._partial(ref)
+        if self.path_exists(partial):
+            self._remove(partial)
+        self.mkdir_p(partial)
+        return [self.tools["tar"], "-C", partial, "--numeric-owner", "-xpf", "-"]
+
+    def finish_copy_in(self, ref: SnapshotRef) -> SnapshotRef:
+        target, partial = check_abs_path("snapshot", ref.ref), self._partial(ref)
+        claim = {"volume": ref.volume, "created_at": (ref.created_at or utcnow()).isoformat()}
+        self.run("tee", "--", self._claim_path(target), input=json.dumps(claim).encode())
+        self._seal(partial, top=self.options["seal"] == "mode")
+        self.run("mv", "-T", "--", partial, target)
+        if self.options["seal"] == "immutable":
+            self.run("chattr", "+i", "--", target)
+        return self._ref(ref.volume, posixpath.basename(target), target, claim)
+
+    def discard_partial(self, ref: SnapshotRef) -> None:
+        partial = self._partial(ref)
+        if self.path_exists(partial):
+            self._remove(partial)
 
     def list(self, volume: str) -> list[SnapshotRef]:
         volume = self._volume(volume)

@@ -79,7 +79,10 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
             with ctx.inventory.session(readonly=True) as repo:
                 require_jobs(cfg, caller, repo.report_job_owners([job_id]))
         user = caller.name
-    pruner = Pruner(ctx.inventory, backend_resolver(cfg))
+    from ..backends.factory import backend_on_node
+
+    pruner = Pruner(ctx.inventory, backend_resolver(cfg),
+                    copy_backend=lambda vclass, node: backend_on_node(cfg, vclass, node))
     decisions, sets = pruner.plan(policy, utcnow, job_id=job_id, user=user)
     result = pruner.apply(decisions) if apply_ else None
     if as_json:

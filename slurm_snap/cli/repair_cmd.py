@@ -13,18 +13,22 @@ from .. import access, errors
               help="Only consider sets requested at least this long ago.")
 @click.option("--dry-run", is_flag=True, help="Say what would be done; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the actions as JSON.")
+@click.option("--node-check/--no-node-check", default=True, show_default=True,
+              help="Also make PARTIAL every restorable set whose only copy of a node-local part was on a lost "
+                   "node (Slurm DOWN/DRAIN/FAIL with a [repair] lost_reason) or is gone from its node's disk.")
 @click.pass_obj
-def command(ctx, older_than, dry_run, as_json):
+def command(ctx, older_than, dry_run, as_json, node_check):
     """Find sets still in flight whose coordinator died or whose deadline
     passed; label them PARTIAL/FAILED/ROLLED_BACK (or finalize a fully
     recorded one) and delete snapshots cut for them but never recorded.
-    Operators only."""
+    Then find sets that lost a node-local part with its node and make them
+    PARTIAL (their RPO no longer counts). Operators only."""
     from ..protocol.repair import repair
 
     caller = access.current_caller()
     if not access.is_operator(ctx.config, caller):
         raise errors.PermissionDenied(why=f"repair is for operators; {caller.name} is not one")
-    actions = repair(ctx.config, ctx.inventory, older_than=older_than, dry_run=dry_run)
+    actions = repair(ctx.config, ctx.inventory, older_than=older_than, dry_run=dry_run, node_check=node_check)
     if as_json:
         click.echo(json.dumps([a.as_dict() for a in actions], indent=2, sort_keys=True))
         return
@@ -33,11 +37,14 @@ def command(ctx, older_than, dry_run, as_json):
     for a in actions:
         click.echo("\n".join(describe(a)))
     if any(a.errors for a in actions):
-        raise errors.BackendError(backend="repair", why="some orphans could not be listed or removed (see above)")
+        raise errors.BackendError(backend="repair", why="some orphans or parts could not be listed, checked or "
+                                  "removed (see above)")
 
 
 def describe(a) -> list[str]:
     """What repair did to one set, in words that match the state it left."""
+    if not a.set_id:
+        return ["node check incomplete:"] + [f"  error: {e}" for e in a.errors]
     if not a.acted:
         return [f"set {a.set_id} job {a.job_id}: left alone: it was {a.old_state} when repair looked, and "
                 f"another process ended it meanwhile (now {a.new_state}"

@@ -20,7 +20,9 @@ def command(ctx, dry_run, as_json):
     queries per 500 running jobs, then the due sets through the on-demand path (at most
     schedule.concurrency at once, schedule.signal_gap seconds between two
     signals; a job with a set in flight is skipped), and drills of the newest
-    never-drilled COMPLETE sets when restore.verify_within is set. Exit 0
+    never-drilled COMPLETE sets when restore.verify_within is set, and with
+    restore.partner_copies a copy of every node-local part of a restorable
+    set on the job's next node (incremental where the backend can). Exit 0
     when the pass ran, whatever the sets and drills ended as: they are
     recorded, and report, show and the metrics say so.
     """
@@ -44,6 +46,8 @@ def command(ctx, dry_run, as_json):
             click.echo(f"job {t.job_id}: no set: {t.error}")
         else:
             click.echo(f"job {t.job_id}: set {t.set_id} {t.state} {t.consistency} ({t.late_seconds:.0f} s after due)")
+    for line in report.partners:
+        click.echo(f"partner: {line}")
     for d in report.drills:
         if dry_run:
             click.echo(f"would drill: set {d.set_id} of job {d.job_id}")

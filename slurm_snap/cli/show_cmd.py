@@ -74,8 +74,9 @@ def command(ctx, target, set_id, as_json):
                                          owner_name=st.user_name, what=f"job {st.job_run.label}")
         events = repo.report_events(st.id, st.job_id)
         refused = refusals.of_runs(repo, [st.job_run_id]).get(st.job_run_id, [])
-        lines = None if as_json else render(st, events, tz=tz, refused=refused)
-        doc = show_doc(st, events, refused=refused) if as_json else None
+        copies = repo.copies(st.id)
+        lines = None if as_json else render(st, events, tz=tz, refused=refused, copies=copies)
+        doc = show_doc(st, events, refused=refused, copies=copies) if as_json else None
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     else:

@@ -23,7 +23,7 @@ from ..inventory.records import Refusal, VolumeSpec
 from ..slurm import hooknames
 from ..slurm.jobenv import JobEnv
 from ..jobdir import JobDir
-from .policy import OverBudget
+from .policy import OverBudget, remaining
 from .volumes import check_snapshottable, parse_declaration, specs_for_job
 
 log = logging.getLogger(__name__)
@@ -90,8 +90,16 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
         if job.restart_count > 0 and job.node == job.head_node:
             from ..protocol import preempt
 
-            info = preempt.prepare_resume(cfg, inv, job)
+            left = remaining()
+            # What is left of the hook's budget, less the time to write
+            # resume.json and this node's file once the moves are done.
+            info = preempt.prepare_resume(cfg, inv, job, budget=None if left is None else max(0.0, left - 5.0))
             resumed = f"; resume point: {info}" if info else "; no app-consistent set to resume from"
+            if info and info.get("missing"):
+                # The job's output says which parts its ranks start without
+                # (the SPANK plugin prints this node's file in every step).
+                told = [f"resuming from set {info['set_id']} without {m} (slurm-snap show {job.job_id})"
+                        for m in info["missing"]]
         return f"prepared {len(mine)} volumes on {job.node}{resumed}"
     except VolumesRefused:
         raise

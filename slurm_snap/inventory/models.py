@@ -196,6 +196,38 @@ class Snapshot(Base):
     volume: Mapped[Volume] = relationship()
 
 
+class PartCopy(Base):
+    """Another node's copy of a node-local part (migration 0010): brought to
+    the node a requeued run's rank now runs on ("restore"), or a second copy
+    kept against the loss of the first node ("partner"). FAILED rows say why a
+    copy could not be made, so show and resume.json name the missing part."""
+
+    __tablename__ = "part_copy"
+    __table_args__ = (Index("ix_part_copy_set", "set_id"),
+                      Index("ix_part_copy_snapshot_node", "snapshot_id", "node"))
+
+    id: Mapped[intpk]
+    snapshot_id: Mapped[int] = mapped_column(ForeignKey("snapshot.id"))
+    # Denormalized: show and repair read a set's copies without the join.
+    set_id: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str64]
+    ref: Mapped[path_t]
+    path: Mapped[path_t] = mapped_column(default="")
+    purpose: Mapped[str] = mapped_column(String(16))     # restore | partner
+    # The run whose Prolog asked (restore); None for partner copies.
+    for_restart: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    ranks: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    source_node: Mapped[str64] = mapped_column(default="")
+    method: Mapped[str] = mapped_column(String(24), default="")   # send, send-incremental, copy, present
+    bytes: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
+    seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
+    state: Mapped[str] = mapped_column(String(16), default="OK")  # OK, FAILED, LOST
+    error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[utc]
+
+    snapshot: Mapped["Snapshot"] = relationship()
+
+
 class BarrierAck(Base):
     """A rank's acknowledgement: it checkpointed, fsynced, and says what it wrote."""
 

@@ -148,3 +148,28 @@ def from_json(cls, data: dict):
             v = tuple(v)
         kw[k] = v
     return cls(**kw)
+
+
+@dataclass(frozen=True)
+class CopyRecord:
+    """A node-local part put on another node (or the attempt that failed):
+    one row of part_copy. `purpose` is "restore" (brought to where a requeued
+    run's ranks now are) or "partner" (a second copy against a node's loss)."""
+
+    snapshot_id: int
+    node: str
+    ref: str
+    path: str
+    purpose: str
+    source_node: str
+    ranks: tuple[int, ...] = ()
+    for_restart: int | None = None
+    method: str = ""
+    bytes: int | None = None
+    seconds: float | None = None
+    state: str = "OK"
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "OK"

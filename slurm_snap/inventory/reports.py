@@ -14,7 +14,7 @@ from sqlalchemy.sql.expression import ColumnElement
 from ..clock import aware
 from ..errors import NotFound
 from .. import states as S
-from .models import Event, JobRun, RestoreTest, Snapshot, SnapshotSet, Volume
+from .models import Event, JobRun, PartCopy, RestoreTest, Snapshot, SnapshotSet, Volume
 from .records import SetFilter
 
 
@@ -53,10 +53,17 @@ class ReportQueries:
         out: list[Any] = []
         ids = list(set_ids)
         for i in range(0, len(ids), _IN_CHUNK):
+            # Complete copies of the part on another node (part_copy): whether
+            # the set survives the loss of the part's node.
+            elsewhere = (select(func.count(PartCopy.id))
+                         .where(PartCopy.snapshot_id == Snapshot.id, PartCopy.state == "OK",
+                                PartCopy.node != Snapshot.node)
+                         .scalar_subquery())
             q = (select(Snapshot.id.label("snapshot_id"), Snapshot.set_id, Snapshot.node, Snapshot.backend,
                         Snapshot.name, Snapshot.ref, Snapshot.path, Snapshot.state, Snapshot.cut_started_at,
                         Snapshot.cut_at, Snapshot.site, Snapshot.region, Snapshot.manifest_ok, Snapshot.error,
-                        Volume.path.label("volume_path"), Volume.volume_class, Volume.scope)
+                        Volume.path.label("volume_path"), Volume.volume_class, Volume.scope,
+                        elsewhere.label("copies_elsewhere"))
                  .join(Volume, Volume.id == Snapshot.volume_id)
                  .where(Snapshot.set_id.in_(ids[i:i + _IN_CHUNK]))
                  .order_by(Snapshot.set_id, Snapshot.id))

@@ -6,6 +6,7 @@ writes SQL or builds a select. Callers get a Repository inside
   runs.py      job runs and volumes          (hooks, coordinator, repair)
   sets.py      snapshot sets, state machine  (coordinator, preemption, repair, prune)
   parts.py     acknowledgements and parts    (barrier, cut, verdict, prune)
+  copies.py    node-local parts on other nodes (requeued run's Prolog, show, repair)
   drills.py    restore drills                (restore-test)
   events.py    the event log                 (every step; show)
   failures.py  failure counters              (set transitions; metrics)
@@ -26,19 +27,20 @@ from sqlalchemy.orm import Session
 
 from ..errors import InventoryError
 from . import db
+from .copies import CopyQueries
 from .drills import DrillQueries
 from .events import EventQueries
 from .failures import FailureQueries
 from .parts import PartQueries
-from .records import AckRecord, SetFilter, SnapshotRecord, VolumeSpec  # noqa: F401 (re-exported)
+from .records import AckRecord, CopyRecord, SetFilter, SnapshotRecord, VolumeSpec  # noqa: F401 (re-exported)
 from .reports import ReportQueries
 from .runs import RunQueries
 from .schedule import ScheduleQueries
 from .sets import SetQueries
 
 
-class Repository(RunQueries, SetQueries, PartQueries, DrillQueries, EventQueries, FailureQueries, ReportQueries,
-                 ScheduleQueries):
+class Repository(RunQueries, SetQueries, PartQueries, CopyQueries, DrillQueries, EventQueries, FailureQueries,
+                 ReportQueries, ScheduleQueries):
     def __init__(self, session: Session):
         self.s = session
 

@@ -15,8 +15,10 @@ ranks acknowledge epoch `preempt-<restart count of the running run>`. Then:
                    finalizes, under the set's row lock.
   Prolog of the requeued run
                    prepare_resume: resume.json names the newest
-                   app-consistent set's step and where its checkpoint is
-                   inside the snapshot.
+                   app-consistent set's step and where each rank's checkpoint
+                   is inside the snapshot, after the controller brought
+                   node-local parts to the nodes the ranks now run on
+                   (protocol.resume, protocol.nodelocal).
 
 Preemption sets have no owner process (many hooks on many hosts take turns):
 their deadline is what tells repair they are abandoned.
@@ -26,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import os
 import time
 import typing
 
@@ -250,8 +251,11 @@ class LocalRecorder:
                        + (f" ({v.reason})" if v.reason else ""), job_id=job_id, set_id=set_id, node=node)
             return f"set {set_id} {v.state} {v.consistency}"
 
-    def resume_point(self, *, job_id: int) -> dict | None:
-        return resume_point(self.inv, job_id)
+    def resume_point(self, *, job_id: int, nodes: list | None = None, restart_count: int | None = None,
+                     budget: float | None = None) -> dict | None:
+        from .resume import resume_point
+
+        return resume_point(self.cfg, self.inv, job_id, nodes=nodes, restart_count=restart_count, budget=budget)
 
     def hook_failed(self, *, hook: str, detail: str, job_id: int, node: str) -> None:
         with self.inv.session() as repo:
@@ -313,8 +317,8 @@ class RemoteRecorder:
     def record(self, *, parts: list, **kw) -> str:
         return self._call("preempt-record", parts=[to_json(p) for p in parts], **kw)
 
-    def resume_point(self, *, job_id: int) -> dict | None:
-        return self._call("resume-point", job_id=job_id)
+    def resume_point(self, **kw) -> dict | None:
+        return self._call("resume-point", **kw)
 
     def hook_failed(self, **kw) -> None:
         self._call("hook-failed", **kw)
@@ -410,38 +414,12 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
                 log.error("job %s: cannot write release/%s: %s", job.job_id, epoch, exc)
 
 
-def resume_point(inventory, job_id: int) -> dict | None:
-    """The newest app-consistent set's step and where its checkpoint is
-    inside the snapshot, with the uid resume.json belongs to."""
-    with inventory.session() as repo:
-        st = repo.newest_set(job_id, consistency=S.APP)
-        if st is None:
-            return None
-        acks = [a for a in repo.acks(st.id) if a.manifest]
-        parts = [p for p in repo.snapshots(st.id) if p.state == "CUT" and p.path]
-        if not acks or not parts:
-            return None
-        first = min(acks, key=lambda a: a.rank)
-        paths = [e["path"] for e in first.manifest]
-        live = paths[0] if len(paths) == 1 else os.path.commonpath(paths)
-        snapshot = None
-        for p in parts:
-            v = p.volume
-            if v.scope == "node-local" and v.node != first.node:
-                continue
-            root = v.path.rstrip("/")
-            if live == root or live.startswith(root + "/"):
-                rel = live[len(root):].lstrip("/")
-                snapshot = os.path.join(p.path, rel) if rel else p.path
-                break
-        data = {"set_id": st.id, "step": st.checkpoint_step if st.checkpoint_step is not None else first.step,
-                "checkpoint": {"live": live, "snapshot": snapshot}}
-        return {"data": data, "uid": st.job_run.uid}
-
-
-def prepare_resume(cfg, inventory, job) -> dict | None:
-    """Write resume.json for a requeued run from the newest app-consistent set."""
-    found = recorder_for(cfg, inventory).resume_point(job_id=job.job_id)
+def prepare_resume(cfg, inventory, job, *, budget: float | None = None) -> dict | None:
+    """Write resume.json for a requeued run from the newest app-consistent
+    set, after its node-local parts were brought to where the ranks now run
+    (protocol.resume; within `budget` seconds and restore.move_budget)."""
+    found = recorder_for(cfg, inventory).resume_point(job_id=job.job_id, nodes=list(job.nodes or [job.node]),
+                                                      restart_count=job.restart_count, budget=budget)
     if found is None:
         return None
     JobDir(cfg.paths.barrier_dir, job.job_id).ensure(found["uid"]).write_resume(found["data"])

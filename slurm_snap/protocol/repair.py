@@ -12,6 +12,8 @@ passed. Repair then:
      (the names are a function of job, set and volume) that are not recorded
      as cut, and every part of a ROLLED_BACK set;
   3. writes release/<epoch>, so ranks still waiting continue.
+With `node_check`, it then asks protocol.nodeloss which restorable sets lost
+a node-local part with its node (or its disk) and makes those PARTIAL.
 Labelling happens before deleting: a slow owner that comes back finds a
 terminal set and records nothing pointing at a deleted snapshot.
 """
@@ -73,7 +75,8 @@ def _default_backend_for(cfg):
 
 
 def repair(cfg, inventory, *, older_than: float = 0.0, dry_run: bool = False, clock=utcnow,
-           backend_for: Callable | None = None, host: str | None = None) -> list[RepairAction]:
+           backend_for: Callable | None = None, host: str | None = None, node_check: bool = False,
+           node_states: dict | None = None, backend_on: Callable | None = None) -> list[RepairAction]:
     backend_for = backend_for or _default_backend_for(cfg)
     now = clock()
     todo = []
@@ -83,8 +86,19 @@ def repair(cfg, inventory, *, older_than: float = 0.0, dry_run: bool = False, cl
                                now=now, older_than=older_than, alive=owner.alive(st.owner, host=host))
             if why:
                 todo.append((st.id, why))
-    return [_repair_one(cfg, inventory, set_id, why, dry_run=dry_run, clock=clock, backend_for=backend_for)
-            for set_id, why in todo]
+    actions = [_repair_one(cfg, inventory, set_id, why, dry_run=dry_run, clock=clock, backend_for=backend_for)
+               for set_id, why in todo]
+    if node_check:
+        from . import nodeloss
+
+        lost, errs = nodeloss.check(cfg, inventory, node_states=node_states, backend_on=backend_on,
+                                    dry_run=dry_run, clock=clock)
+        actions += lost
+        if errs:
+            # Not a set's action, but what repair could not find out: said with the others.
+            actions.append(RepairAction(set_id=0, job_id=0, old_state="-", new_state="-",
+                                        why="node check incomplete", errors=errs, dry_run=dry_run, acted=False))
+    return actions
 
 
 def _find_orphans(st_info, volumes, recorded_cut: set[int], backend_for, *, include_recorded: bool):

@@ -75,6 +75,14 @@ def _where(key: str) -> Getter:
     return get
 
 
+def _survives(r: SetRow, s, e: Env) -> str:
+    if s is not None:
+        if s["scope"] != "node-local":
+            return ""
+        return "yes" if (s.get("copies_elsewhere") or 0) > 0 else "no"
+    return {None: "", True: "yes", False: "no"}[r.survives_node_loss()]
+
+
 def _volumes(r: SetRow, s, e: Env) -> str:
     parts = r.m.get("parts")
     return f"{'?' if parts is None else parts}/{r.m['expected_parts']}"
@@ -133,6 +141,9 @@ _COLUMNS = (
            "the run's RPO objective: its --snapshot-every interval (or the partition's default); empty if none"),
     Column("RPOMet", 6, RIGHT, lambda r, s, e: {None: "", True: "no", False: "yes"}[r.rpo_missed(e.now)],
            "yes when RPO is within Objective; no when past it or nothing is VERIFIED; empty without an objective"),
+    Column("Survives", 8, RIGHT, _survives, "yes when every node-local part has a copy on another node (the "
+           "set survives the loss of any one node), no when one has not; empty without node-local parts; "
+           "per part with --snapshots", needs_snaps=True),
     Column("Site", 10, RIGHT, _where("site"), "site of the snapshots", needs_snaps=True),
     Column("Region", 10, RIGHT, _where("region"), "region of the snapshots", needs_snaps=True),
     Column("Node", 10, RIGHT, _snap("node"), "--snapshots: node of the part (empty for shared volumes)"),

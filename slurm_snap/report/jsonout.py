@@ -71,6 +71,7 @@ def set_doc(r: SetRow, now: dt.datetime) -> dict[str, Any]:
         "newest_verified_cut": iso_utc(r.rpo_base),
         "sites": r.sites(),
         "regions": r.regions(),
+        "survives_node_loss": r.survives_node_loss(),
         "snapshots": [snapshot_doc(s) for s in r.snaps],
     }
 
@@ -94,6 +95,7 @@ def snapshot_doc(s) -> dict[str, Any]:
         "region": s["region"],
         "manifest_ok": s["manifest_ok"],
         "error": s["error"],
+        "copies_elsewhere": s.get("copies_elsewhere"),
     }
 
 

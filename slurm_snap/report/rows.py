@@ -61,6 +61,14 @@ class SetRow:
     def sites(self) -> list[str]:
         return sorted({s["site"] for s in self.snaps if s["site"]})
 
+    def survives_node_loss(self) -> bool | None:
+        """Every node-local part cut has a complete copy on another node;
+        None when the set has no node-local part (or its parts were not loaded)."""
+        local = [s for s in self.snaps if s["scope"] == "node-local" and s["state"] in ("CUT", "LOST")]
+        if not local:
+            return None
+        return all((s.get("copies_elsewhere") or 0) > 0 for s in local)
+
     def regions(self) -> list[str]:
         return sorted({s["region"] for s in self.snaps if s["region"]})
 

@@ -67,7 +67,36 @@ def _refusal_docs(refused: Sequence) -> list[dict]:
     return [{"node": r.node, "path": r.path, "reason": r.why} for r in refused]
 
 
-def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequence = ()) -> list[str]:
+def survives_node_loss(st, copies: Sequence) -> bool | None:
+    """Does every node-local part of the set have a complete copy on a second
+    node, so that losing any one node loses no part? None: no node-local part."""
+    local = [s for s in st.snapshots if s.state == "CUT" and s.volume is not None and s.volume.scope == "node-local"]
+    if not local:
+        return None
+    node_of = {s.id: s.node for s in local}
+    elsewhere = {c.snapshot_id for c in copies
+                 if c.state == "OK" and c.snapshot_id in node_of and c.node != node_of[c.snapshot_id]}
+    return all(s.id in elsewhere for s in local)
+
+
+def _copy_lines(copies: Sequence, st, tz) -> list[str]:
+    out = ["", "Node-local parts on other nodes:"]
+    if not copies:
+        return out + ["  (none)"]
+    by_id = {s.id: s for s in st.snapshots}
+    out.append(f"  {'PART':<24} {'FROM':<8} {'TO':<8} {'WHY':<8} {'STATE':<7} {'METHOD':<17} {'MIB':>8} {'TOOK':>9}  RANKS")
+    for c in copies:
+        part = by_id.get(c.snapshot_id)
+        label = f"{part.volume.volume_class}@{part.node}" if part is not None and part.volume is not None else str(c.snapshot_id)
+        mib = "-" if c.bytes is None else f"{c.bytes / (1 << 20):.1f}"
+        out.append(f"  {label:<24} {c.source_node:<8} {c.node:<8} {c.purpose:<8} {c.state:<7} {c.method or '-':<17} "
+                   f"{mib:>8} {_secs(c.seconds):>9}  {ranks(list(c.ranks or [])) if c.ranks else '-'}"
+                   + (f"  error: {c.error}" if c.error else ""))
+    return out
+
+
+def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequence = (),
+           copies: Sequence = ()) -> list[str]:
     run = st.job_run
     acks, snaps, tests = list(st.acks), list(st.snapshots), list(st.restore_tests)
     out = [f"Set {st.id} of job {run.label} (user {st.user_name}, partition {run.partition or '-'}, "
@@ -82,6 +111,10 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequen
                f"volumes {cut_count(snaps)}/{st.expected_parts}")
     if st.failed_nodes:
         out.append(f"  failed nodes: {','.join(st.failed_nodes)}")
+    survives = survives_node_loss(st, copies)
+    if survives is not None:
+        out.append("  survives the loss of any one node: " + ("yes (every node-local part has a copy on a "
+                   "second node)" if survives else "no (a node-local part has its only copy on its node)"))
 
     out += ["", "Phases:"]
     for name, col in PHASE_TIMES:
@@ -124,6 +157,9 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequen
                        + (f"  error: {s.error}" if s.error else ""))
     else:
         out.append("  (none)")
+
+    if survives is not None or copies:
+        out += _copy_lines(copies, st, tz)
 
     out += ["", "Restore tests:"]
     for t in tests:
@@ -183,7 +219,7 @@ def job_doc(run, volumes: Sequence, refused: Sequence, events: Sequence) -> dict
     }
 
 
-def show_doc(st, events: Sequence, *, refused: Sequence = ()) -> dict[str, Any]:
+def show_doc(st, events: Sequence, *, refused: Sequence = (), copies: Sequence = ()) -> dict[str, Any]:
     """show --json: the set's report document plus acks, parts, drills and events (version 1)."""
     run = st.job_run
     return {
@@ -200,7 +236,12 @@ def show_doc(st, events: Sequence, *, refused: Sequence = ()) -> dict[str, Any]:
             "volumes": {"cut": cut_count(st.snapshots), "expected": st.expected_parts},
             "failed_nodes": list(st.failed_nodes or []),
             "refused": _refusal_docs(refused),
+            "survives_node_loss": survives_node_loss(st, copies),
         },
+        "copies": [{"snapshot_id": c.snapshot_id, "node": c.node, "from": c.source_node, "purpose": c.purpose,
+                    "for_restart": c.for_restart, "ranks": list(c.ranks or []), "state": c.state,
+                    "method": c.method, "bytes": c.bytes, "seconds": c.seconds, "ref": c.ref, "error": c.error}
+                   for c in copies],
         "acks": [{"node": a.node, "rank": a.rank, "local_rank": a.local_rank, "local_size": a.local_size,
                   "step": a.step, "written_at": iso_utc(a.written_at), "received_at": iso_utc(a.received_at)}
                  for a in st.acks],

@@ -32,9 +32,12 @@ def summary(st) -> SetSummary:
 
 
 class Pruner:
-    def __init__(self, inventory, backend_for: BackendFor):
+    def __init__(self, inventory, backend_for: BackendFor, copy_backend=None):
         self.inv = inventory
         self.backend_for = backend_for
+        # (volume class, node) -> backend on that node: for the set's copies
+        # of node-local parts on other nodes (part_copy), deleted with it.
+        self.copy_backend = copy_backend
 
     def plan(self, policy: Policy, now: Callable[[], dt.datetime], *, job_id: int | None = None,
              user: str | None = None) -> tuple[list[Decision], dict[int, object]]:
@@ -78,8 +81,20 @@ class Pruner:
             job_id = st.job_id
         with self.inv.session() as repo:
             snaps = repo.snapshots(set_id)
+            copies = [(c.id, c.snapshot.volume.volume_class, c.node, c.snapshot.backend, c.snapshot.volume.path,
+                       c.snapshot.name, c.ref, c.path) for c in repo.copies(set_id, states=("OK",))]
         failures = []
+        for copy in copies:
+            try:
+                self._delete_copy(copy)
+            except errors.SnapError as exc:
+                failures.append(f"copy {copy[6]} on {copy[2]}: {exc}")
         for snap in snaps:
+            if snap.state == "LOST":
+                # Gone with its node or disk (repair): nothing to ask a backend.
+                with self.inv.session() as repo:
+                    repo.set_snapshot_state(snap.id, "DELETED", error=f"lost before prune: {snap.error}"[:4000])
+                continue
             try:
                 self._delete_snapshot(set_id, snap)
             except errors.SnapError as exc:
@@ -94,6 +109,16 @@ class Pruner:
         with self.inv.session() as repo:
             repo.transition(set_id, S.DELETED)
             repo.event("prune", f"set {set_id} deleted", job_id=job_id, set_id=set_id)
+
+    def _delete_copy(self, copy) -> None:
+        from ..backends.base import SnapshotRef
+
+        copy_id, vclass, node, backend, volume, name, ref, path = copy
+        if self.copy_backend is None:
+            raise errors.ConfigError(path="prune", key="copies", why="no backend for copies on other nodes")
+        self.copy_backend(vclass, node).delete(SnapshotRef(backend, volume, name, ref, path or None))
+        with self.inv.session() as repo:
+            repo.set_copy_state(copy_id, "DELETED")
 
     def _delete_snapshot(self, set_id: int, snap) -> None:
         with self.inv.session() as repo:

@@ -140,3 +140,16 @@ def node_names(timeout: float = 10.0) -> list[str]:
     """Every node Slurm knows, once each, in sinfo's order."""
     out = run([tool("sinfo"), "-h", "-N", "-o", "%N"], timeout=timeout)
     return list(dict.fromkeys(n.strip() for n in out.splitlines() if n.strip()))
+
+
+def node_states(timeout: float = 10.0) -> dict[str, tuple[str, str]]:
+    """node -> (state as sinfo prints it, e.g. "drained", "down*"; the admin's
+    or slurmd's reason). One sinfo call; a node in several partitions once."""
+    out = run([tool("sinfo"), "-h", "-N", "-o", "%N|%T|%E"], timeout=timeout)
+    states: dict[str, tuple[str, str]] = {}
+    for line in out.splitlines():
+        node, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        if node.strip():
+            states.setdefault(node.strip(), (state.strip(), "" if reason.strip() == "none" else reason.strip()))
+    return states

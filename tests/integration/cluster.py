@@ -82,7 +82,7 @@ class Job:
 
 @dataclass
 class Cluster:
-    """A multi-host dev cluster: hosts ctl, n1..n3 and login, each with its own
+    """A multi-host dev cluster: hosts ctl, n1..nN (3 unless `up --nodes N`) and login, each with its own
     network and mount namespace (scripts/lib-hosts.sh). Commands run on a host
     through nsenter; the test process itself is the machine room (the root
     namespace), which sees every node's disks under STATE/disks/NODE and every

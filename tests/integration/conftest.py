@@ -2,7 +2,8 @@
 
 `cluster` (session scope) runs `scripts/dev-cluster up` (the multi-host
 layout: ctl, n1..n3, login) on a fresh state dir and always runs `down`
-afterwards. Its inventory is SLURM_SNAP_TEST_INVENTORY (default postgres; scripts/test
+afterwards; `cluster4` the same with a fourth node (`up --nodes 4`), for
+jobs that must move to nodes they did not run on. Its inventory is SLURM_SNAP_TEST_INVENTORY (default postgres; scripts/test
 reruns the tests marked crossdb with mariadb and sqlite). Nodes and login
 reach it through the slurm-snap service on ctl. If the cluster cannot start, the test
 fails under CI=true (a missing real component is a failure there) and is
@@ -21,15 +22,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster import Cluster, default_inventory, new_state_dir, remove_state_dir, start_cluster  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def cluster():
+def _session_cluster(*extra: str):
     state = new_state_dir()
     started = None
     try:
-        started = start_cluster(state, "--inventory", default_inventory())
+        started = start_cluster(state, "--inventory", default_inventory(), *extra)
         yield started
     finally:
         proc = Cluster(state=state, env={}).down() if (state / "etc").exists() else None
         if proc is not None and proc.returncode != 0:
             sys.stderr.write(f"dev-cluster down {state} failed:\n{proc.stderr}\n")
         remove_state_dir(state)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    yield from _session_cluster()
+
+
+@pytest.fixture(scope="session")
+def cluster4():
+    yield from _session_cluster("--nodes", "4")

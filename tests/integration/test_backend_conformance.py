@@ -624,3 +624,100 @@ def test_command_failed_message_is_the_tools_stderr_on_one_line(tmp_path):
     with pytest.raises(errors.CommandFailed) as e:
         h.backend.create("tank/missing", "s1")
     assert str(e.value) == "zfs exited with status 1: cannot open 'tank/missing': dataset does not exist"
+
+
+# --------------------------------------------------------------------------- transfer
+# A snapshot from one host's backend to another's (backends.transfer): the
+# real btrfs send into the real btrfs receive on a second filesystem, reached
+# through the real sshd; xfs-reflink through its tar copy. One host stands in
+# for two, so the copy lands in another directory (`into`) than the original.
+@pytest.fixture(scope="module")
+def second_btrfs():
+    with realfs.loop_filesystem("btrfs") as fs:
+        yield fs
+
+
+def _tree(root: str) -> dict[str, bytes]:
+    out = {}
+    for d, _dirs, files in os.walk(root):
+        for f in files:
+            out[os.path.relpath(os.path.join(d, f), root)] = read(os.path.join(d, f))
+    return out
+
+
+@pytest.mark.integration
+def test_btrfs_transfer_over_ssh_full_then_incremental(btrfs_fs, second_btrfs, sshd):
+    from slurm_snap.backends.transfer import transfer
+
+    h = _btrfs(btrfs_fs.mountpoint, LocalTransport())
+    ssh = SshTransport(sshd.host, port=sshd.port, user=sshd.user, known_hosts=sshd.known_hosts,
+                       key_file=sshd.key_file)
+    try:
+        target = get_backend("btrfs", {}, ssh)
+        assert h.backend.capabilities.can_send and target.capabilities.can_send
+        for i in range(50):
+            write(os.path.join(h.volume, f"f{i}"), os.urandom(64 << 10))
+        s1 = h.backend.create(h.volume, "s1")
+        into = os.path.join(second_btrfs.mountpoint, f"recv-{next(_seq)}", ".snapshots")
+        full = transfer(h.backend, s1, target, timeout=60, into=into)
+        assert full.method == "send" and full.ref.ref == os.path.join(into, "s1")
+        assert full.bytes >= 50 * (64 << 10)
+        assert _tree(full.ref.path) == _tree(s1.path)
+        assert target.exists(full.ref)
+        with pytest.raises(OSError) as e:   # the copy is a read-only snapshot too
+            write(os.path.join(full.ref.path, "new"), b"x")
+        assert e.value.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+        # Asking again moves nothing (a Prolog may run twice).
+        assert transfer(h.backend, s1, target, timeout=60, into=into).method == "present"
+
+        write(os.path.join(h.volume, "f0"), b"changed")
+        s2 = h.backend.create(h.volume, "s2")
+        inc = transfer(h.backend, s2, target, timeout=60, into=into, parent=s1)
+        assert inc.method == "send-incremental" and inc.bytes < full.bytes / 20, (inc.bytes, full.bytes)
+        assert _tree(inc.ref.path) == _tree(s2.path) and read(os.path.join(inc.ref.path, "f0")) == b"changed"
+        # The received copies are snapshots the backend may delete (prune), not live volumes.
+        assert target.delete(inc.ref) is True and not target.exists(inc.ref)
+    finally:
+        ssh.close()
+
+
+@pytest.mark.integration
+def test_btrfs_transfer_that_fails_leaves_nothing_half_received(btrfs_fs, second_btrfs, sshd):
+    from slurm_snap.backends.transfer import transfer
+
+    h = _btrfs(btrfs_fs.mountpoint, LocalTransport())
+    ssh = SshTransport(sshd.host, port=sshd.port, user=sshd.user, known_hosts=sshd.known_hosts,
+                       key_file=sshd.key_file)
+    try:
+        target = get_backend("btrfs", {}, ssh)
+        write(os.path.join(h.volume, "a"), b"a")
+        s1 = h.backend.create(h.volume, "s1")
+        write(os.path.join(h.volume, "a"), b"b")
+        s2 = h.backend.create(h.volume, "s2")
+        into = os.path.join(second_btrfs.mountpoint, f"recv-{next(_seq)}", ".snapshots")
+        # An incremental stream whose parent the target never received: receive refuses it.
+        with pytest.raises(errors.CommandFailed) as e:
+            transfer(h.backend, s2, target, timeout=60, into=into, parent=s1)
+        assert "receive" in str(e.value) and ssh.where in str(e.value)
+        assert not os.path.exists(os.path.join(into, "s2"))
+    finally:
+        ssh.close()
+
+
+@pytest.mark.integration
+def test_xfs_transfer_copies_files_and_seals_the_copy(xfs_fs):
+    from slurm_snap.backends.transfer import transfer
+
+    src = _xfs(xfs_fs.mountpoint, "immutable")
+    dst = _xfs(xfs_fs.mountpoint, "immutable")
+    assert not src.backend.capabilities.can_send and src.backend.capabilities.can_copy
+    os.makedirs(os.path.join(src.volume, "sub"))
+    write(os.path.join(src.volume, "sub", "x"), b"payload")
+    s1 = src.backend.create(src.volume, "s1")
+    into = os.path.join(os.path.dirname(dst.volume), ".snapshots")
+    got = transfer(src.backend, s1, dst.backend, timeout=60, into=into)
+    assert got.method == "copy" and _tree(got.ref.path) == {"sub/x": b"payload"}
+    assert dst.backend.exists(got.ref) and not os.path.exists(os.path.join(into, ".s1.partial"))
+    with pytest.raises(OSError):
+        write(os.path.join(got.ref.path, "sub", "x"), b"overwrite")
+    assert dst.backend.delete(got.ref) is True

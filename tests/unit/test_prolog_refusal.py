@@ -239,7 +239,7 @@ def test_a_prolog_that_fails_still_leaves_word_for_the_job(site, monkeypatch, ca
     neither wait out their bound nor stay silent."""
     from slurm_snap.hooks import jobhooks
 
-    def broken(cfg, inv, job):
+    def broken(cfg, inv, job, *, budget=None):
         raise RuntimeError("resume lookup exploded")
 
     monkeypatch.setattr("slurm_snap.protocol.preempt.prepare_resume", broken)
@@ -251,6 +251,34 @@ def test_a_prolog_that_fails_still_leaves_word_for_the_job(site, monkeypatch, ca
     text = (site / "barriers" / str(JOB) / "prolog" / "2" / "n1").read_text()
     assert text == (f"prolog on n1 failed (RuntimeError: resume lookup exploded); the job may run without "
                     f"snapshots (slurm-snap show {JOB})\n")
+
+
+def test_parts_a_requeued_run_starts_without_are_told_in_the_jobs_output(site, monkeypatch, capsys):
+    """The head node's Prolog of a run that landed on other nodes: the parts
+    that could not be brought over are named in its file (which the SPANK
+    plugin prints in every step), and the hook still succeeds."""
+    from slurm_snap.hooks import jobhooks
+
+    asked = {}
+
+    def resume(cfg, inv, job, *, budget=None):
+        asked["budget"] = budget
+        return {"set_id": 12, "step": 40, "checkpoint": {"live": "/x", "snapshot": None}, "ranks": {},
+                "missing": ["scratch part of rank(s) 1 (cut on n2) is not on n4: btrfs receive exited with status 1"]}
+
+    monkeypatch.setattr("slurm_snap.protocol.preempt.prepare_resume", resume)
+    hook_env(monkeypatch, site, "pfs")
+    monkeypatch.setenv("SLURM_JOB_RESTART_COUNT", "1")
+    assert jobhooks.HOOKS["prolog"] is jobhooks.prolog
+    assert main(["--config", str(site / "open.toml"), "hook", "prolog"]) == 0, capsys.readouterr().err
+    text = (site / "barriers" / str(JOB) / "prolog" / "1" / "n1").read_text()
+    assert text == ("resuming from set 12 without scratch part of rank(s) 1 (cut on n2) is not on n4: btrfs receive "
+                    f"exited with status 1 (slurm-snap show {JOB})\n")
+    # The moves get what is left of the hook's budget, less a reserve for writing.
+    from slurm_snap.config import load
+
+    hook_budget = load(str(site / "open.toml")).timeouts.hook_budget
+    assert asked["budget"] is not None and hook_budget - 10.0 < asked["budget"] <= hook_budget - 5.0
 
 
 def test_a_refused_volume_is_never_cut(tmp_path):

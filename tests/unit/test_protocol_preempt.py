@@ -95,13 +95,67 @@ def test_resume_json_points_into_the_snapshot(env):
         repo.record_job_run(job_id=env.job_id, restart_count=1, user_name="alice", uid=1000, nodes=["n1", "n2"])
     data = preempt.prepare_resume(env.cfg, env.inv, job(env, "n1"))
     resume = JobDir(os.path.dirname(env.job_dir), env.job_id).read_resume()
-    assert resume == {"set_id": data["set_id"], "step": 11, "checkpoint": data["checkpoint"]}
+    assert resume == {"set_id": data["set_id"], "step": 11, "checkpoint": data["checkpoint"],
+                      "ranks": data["ranks"], "missing": []}
+    # Same nodes again: each rank's own checkpoint, in its own node's snapshot.
+    assert {r: (e["node"], e["from"], e["missing"]) for r, e in resume["ranks"].items()} == \
+        {"0": ("n1", "n1", ""), "1": ("n2", "n2", "")}
+    assert resume["ranks"]["1"]["checkpoint"].endswith("/ckpt-rank1.pt")
     live, snap = resume["checkpoint"]["live"], resume["checkpoint"]["snapshot"]
     assert live == os.path.join(env.local_paths["n1"], "ckpt-rank0.pt")
     assert snap.endswith("/.snapshots/" + f"slurm-snap-{env.job_id}-{data['set_id']}-1/ckpt-rank0.pt")
     with open(live, "wb") as f:
         f.write(b"training went on and overwrote it")
     assert os.path.getsize(snap) == 100  # the snapshot kept the acknowledged checkpoint
+
+
+def test_requeued_onto_other_nodes_brings_each_ranks_part_and_names_what_is_missing(env, monkeypatch):
+    """Ranks are mapped by position: rank 0 (n1) -> n3, rank 1 (n2) -> n4.
+    The move to n3 succeeds, the one to n4 does not: resume.json, the
+    inventory's copies and the events say so, and the run is not refused."""
+    from slurm_snap.inventory.records import CopyRecord
+    from slurm_snap.protocol import nodelocal
+
+    t_pre = now() - dt.timedelta(seconds=2)
+    ranks_ack_at_preemption(env)
+    preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre.timestamp())
+    for n in ("n1", "n2"):
+        preempt.epilog_cut(env.cfg, env.inv, job(env, n), preempt_time=t_pre.timestamp())
+    asked = {}
+
+    def fake_execute(cfg, moves, *, budget, for_restart, purpose="restore", backend_on=None):
+        asked["moves"] = sorted((m.part.node, m.to_node, m.ranks, m.source_node) for m in moves)
+        asked["budget"] = budget
+        return [CopyRecord(snapshot_id=m.part.snapshot_id, node=m.to_node, ref=m.part.ref, path=m.part.path,
+                           purpose=purpose, source_node=m.source_node, ranks=m.ranks, for_restart=for_restart,
+                           **({"method": "send", "bytes": 4096, "seconds": 0.5} if m.to_node == "n3" else
+                              {"state": "FAILED", "error": "btrfs receive exited with status 1: No space left"}))
+                for m in moves]
+
+    monkeypatch.setattr(nodelocal, "execute", fake_execute)
+    moved = Job(env.job_id, 1, "n3", ("n3", "n4"))
+    data = preempt.prepare_resume(env.cfg, env.inv, moved, budget=7.0)
+    assert asked["moves"] == [("n1", "n3", (0,), "n1"), ("n2", "n4", (1,), "n2")]
+    assert asked["budget"] == 7.0   # the hook's remaining time, under restore.move_budget
+    resume = JobDir(os.path.dirname(env.job_dir), env.job_id).read_resume()
+    r0, r1 = resume["ranks"]["0"], resume["ranks"]["1"]
+    assert (r0["node"], r0["from"], r0["missing"]) == ("n3", "n1", "")
+    assert r0["checkpoint"].endswith("/ckpt-rank0.pt") and "/.snapshots/" in r0["checkpoint"]
+    assert (r1["node"], r1["from"], r1["checkpoint"]) == ("n4", "n2", None)
+    assert "not on n4" in r1["missing"]
+    assert len(resume["missing"]) == 1 and "No space left" in resume["missing"][0] and "n4" in resume["missing"][0]
+    assert data["missing"] == resume["missing"]
+    with env.inv.session() as repo:
+        copies = repo.copies(data["set_id"])
+        events = [e.message for e in repo.events(set_id=data["set_id"]) if "brought" in e.message
+                  or "is not on" in e.message]
+    assert sorted((c.node, c.state, c.for_restart, list(c.ranks)) for c in copies) == \
+        [("n3", "OK", 1, [0]), ("n4", "FAILED", 1, [1])]
+    assert len(events) == 2
+    # Asked again (Slurm may run a Prolog twice): the copy on n3 counts as there.
+    asked.clear()
+    preempt.prepare_resume(env.cfg, env.inv, moved)
+    assert asked["moves"] == [("n2", "n4", (1,), "n2")]
 
 
 def test_no_app_consistent_set_no_resume_file(env):

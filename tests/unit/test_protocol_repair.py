@@ -162,12 +162,13 @@ def test_cli_repair_json_and_operator_only(tmp_path, capsys, monkeypatch):
     assert main(["--config", env.cfg.path, "repair"]) == errors.PERMISSION
     assert "repair is for operators" in capsys.readouterr().err
     monkeypatch.delenv("SUDO_UID")
-    assert main(["--config", env.cfg.path, "repair", "--dry-run", "--json"]) == 0
+    # No Slurm here: the node check (tests/unit/test_protocol_nodeloss.py) is off.
+    assert main(["--config", env.cfg.path, "repair", "--dry-run", "--json", "--no-node-check"]) == 0
     (a,) = json.loads(capsys.readouterr().out)
     assert a["dry_run"] and a["new_state"] == S.FAILED
-    assert main(["--config", env.cfg.path, "repair"]) == 0
+    assert main(["--config", env.cfg.path, "repair", "--no-node-check"]) == 0
     assert "PENDING -> FAILED" in capsys.readouterr().out
-    assert main(["--config", env.cfg.path, "repair"]) == 0
+    assert main(["--config", env.cfg.path, "repair", "--no-node-check"]) == 0
     assert "nothing to repair" in capsys.readouterr().out
 
 

@@ -15,6 +15,7 @@ Set 1 of job 1001 (user alice, partition gpu, nodes n1,n2)
   trigger manual, epoch m-1, wanted app
   state VERIFIED, consistency app-consistent
   checkpoint step 500, skew 0.250 s, manifest ok, volumes 2/2
+  survives the loss of any one node: no (a node-local part has its only copy on its node)
 
 Phases:
   requested    2026-11-30T09:00:00.000  +0.000 s
@@ -34,6 +35,9 @@ Volumes:
   NODE       VOLUME                       BACKEND      CUT AT                       TOOK  STATE    MANIFEST    NAME
   n1         /scratch/n1/jobs/1001        btrfs        2026-11-30T09:00:03.750   0.250 s  CUT      ok          m-1-1  [lab/eu]
   (shared)   /pfs/jobs/1001               xfs-reflink  2026-11-30T09:00:04.000   0.500 s  CUT      ok          m-1-2  [lab/eu]
+
+Node-local parts on other nodes:
+  (none)
 
 Restore tests:
   #1 PASSED started 2026-11-30T09:30:00.000 finished 2026-11-30T09:32:00.000 first step 501 after 42.500 s  slurm job 5001

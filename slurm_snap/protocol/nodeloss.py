@@ -1,0 +1,138 @@
+"""Honest state after a node is lost: a node-local part lives on its node's
+disk, and when that node is gone (Slurm has it DOWN, DRAIN or FAIL for a
+hardware reason, `[repair] lost_reason`) or its snapshot is no longer on the
+disk (a replaced disk under a node that still runs), the part is LOST. A set
+keeps its state only if every lost part has a complete copy on a surviving
+node (protocol.nodelocal's restore or partner copies); otherwise it becomes
+PARTIAL with the reason, so it no longer counts for RPO (only VERIFIED sets
+do), report shows it, and restore/resume do not rely on it.
+
+`slurm-snap repair` runs this after labelling abandoned sets.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable
+
+from ..clock import utcnow
+from ..errors import SnapError
+from .. import states as S
+
+_LOST_STATES = ("down", "drain", "fail")
+
+
+def lost_from_slurm(states: dict[str, tuple[str, str]], pattern: str) -> dict[str, str]:
+    """node -> why it is lost, from sinfo's (state, reason). Pure."""
+    rx = re.compile(pattern, re.I)
+    lost = {}
+    for node, (state, reason) in states.items():
+        base = state.lower().rstrip("*~#!%$@^-+")
+        if base.startswith(_LOST_STATES) and reason and rx.search(reason):
+            lost[node] = f"Slurm has it {state.upper()}: {reason}"
+    return lost
+
+
+@dataclasses.dataclass
+class LossAction:
+    set_id: int
+    job_id: int
+    old_state: str
+    new_state: str
+    why: str
+    reason: str = ""
+    orphans: list = dataclasses.field(default_factory=list)
+    errors: list = dataclasses.field(default_factory=list)
+    dry_run: bool = False
+    acted: bool = True
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def check(cfg, inventory, *, node_states: dict[str, tuple[str, str]] | None = None, probe: bool | None = None,
+          backend_on: Callable | None = None, dry_run: bool = False, clock=utcnow) -> tuple[list[LossAction], list[str]]:
+    """Find lost node-local parts of restorable sets and label what they
+    cost. Returns (one action per set that changed or would, errors)."""
+    errors: list[str] = []
+    if node_states is None:
+        from ..slurm import commands
+
+        try:
+            node_states = commands.node_states(timeout=cfg.timeouts.slurm_command)
+        except SnapError as exc:
+            errors.append(f"cannot read node states from Slurm: {exc}")
+            node_states = {}
+    lost_nodes = lost_from_slurm(node_states, cfg.repair.lost_reason)
+    probe = cfg.repair.probe_parts if probe is None else probe
+    if backend_on is None:
+        from ..backends.factory import backend_on_node
+
+        backend_on = lambda vclass, node: backend_on_node(cfg, vclass, node)  # noqa: E731
+    from ..backends.base import SnapshotRef
+
+    with inventory.session(readonly=True) as repo:
+        todo = []
+        for st in repo.sets_in_states(S.RESTORABLE):
+            # LOST parts too: one already lost lives on only in its copies,
+            # and the set must hear when the last of them goes.
+            parts = [(p.id, p.node, p.volume.volume_class, p.backend, p.volume.path, p.name, p.ref, p.path,
+                      p.error if p.state == "LOST" else None)
+                     for p in repo.snapshots(st.id) if p.state in ("CUT", "LOST") and p.volume.scope == "node-local"]
+            if parts:
+                copies = [(c.id, c.snapshot_id, c.node) for c in repo.copies(st.id, states=("OK",))]
+                todo.append((st.id, st.job_id, st.state, parts, copies))
+    actions = []
+    for set_id, job_id, state, parts, copies in todo:
+        lost_parts: dict[int, str] = {}
+        known_lost = {p[0]: p[8] for p in parts if p[8] is not None}
+        for pid, node, vclass, backend, volume, name, ref, path, earlier in parts:
+            if earlier is not None:
+                lost_parts[pid] = earlier
+            elif node in lost_nodes:
+                lost_parts[pid] = f"node {node} lost ({lost_nodes[node]})"
+            elif probe:
+                try:
+                    there = backend_on(vclass, node).exists(SnapshotRef(backend, volume, name, ref, path or None))
+                except SnapError as exc:
+                    errors.append(f"set {set_id}: cannot check {ref} on {node}: {exc}")
+                    continue
+                if not there:
+                    lost_parts[pid] = f"snapshot {ref} is no longer on {node}'s disk"
+        lost_copies = [cid for cid, _pid, node in copies if node in lost_nodes]
+        if not lost_copies and set(lost_parts) == set(known_lost):
+            continue   # nothing new since the last pass
+        survivors = {}
+        for _cid, pid, node in copies:
+            if node not in lost_nodes:
+                survivors.setdefault(pid, node)
+        gone = {pid: why for pid, why in lost_parts.items() if pid not in survivors}
+        by_id = {p[0]: p for p in parts}
+        if gone:
+            what = "; ".join(f"{by_id[pid][2]} part of {by_id[pid][1]}: {why}, and no copy elsewhere"
+                             for pid, why in sorted(gone.items()))
+            new_state, reason = S.PARTIAL, f"node lost: {what}"
+        else:
+            new_state, reason = state, ""
+        saved = "; ".join(f"{by_id[pid][2]} part of {by_id[pid][1]}: {why}; a copy survives on {survivors[pid]}"
+                          for pid, why in sorted(lost_parts.items()) if pid in survivors)
+        if not reason and not saved:
+            saved = "copies on " + ", ".join(sorted({n for _c, _p, n in copies if n in lost_nodes})) + " lost"
+        action = LossAction(set_id=set_id, job_id=job_id, old_state=state, new_state=new_state,
+                            why="node-local part lost", reason=reason or saved, dry_run=dry_run)
+        if not dry_run:
+            with inventory.session() as repo:
+                current = repo.get_set(set_id, lock=True)
+                for pid, why in lost_parts.items():
+                    if pid not in known_lost:
+                        repo.set_snapshot_state(pid, "LOST", why)
+                for node in {n for _c, _p, n in copies if n in lost_nodes}:
+                    repo.mark_copies_lost(node, f"node {node} lost ({lost_nodes[node]})")
+                if gone and current.state in S.RESTORABLE:
+                    repo.transition(set_id, S.PARTIAL, at=clock(), reason=reason)
+                elif gone:
+                    action.acted, action.new_state = False, current.state
+                repo.event("repair", f"set {set_id}: " + "; ".join(x for x in (reason, saved) if x),
+                           job_id=job_id, set_id=set_id, level="warning" if gone else "info")
+        actions.append(action)
+    return actions, errors

@@ -1,0 +1,242 @@
+"""Issue 23 on the 4-node dev cluster: a 2-node job keeps each rank's
+checkpoint on its own node's scratch (node-local btrfs); it is preempted, its
+nodes are drained, and the requeued run lands on the two other nodes. The
+head node's Prolog has the controller bring each rank's part over (btrfs send
+-> ctl -> btrfs receive, over the nodes' sshd with host-key checks), and
+every rank resumes at the step after its acknowledged one from its own part."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from inventory_helpers import sets_of_job
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+# Independent ranks: each trains and checkpoints its own model, so each
+# node's scratch holds state that exists nowhere else.
+BATCH = """#!/bin/bash
+srun {python} {train} --independent --steps 100000 --step-time 0.2 --release-timeout 60 \\
+    --ckpt-dir {scratch}/jobs/$SLURM_JOB_ID/ckpt
+"""
+
+
+def _preempt_set(repo, jid: int):
+    for st in sets_of_job(repo, jid):
+        if st.trigger == "preempt" and st.state not in ("PENDING", "QUIESCING", "CUTTING", "CUT"):
+            acks = {a.rank: (a.node, a.step) for a in repo.acks(st.id)}
+            return st.id, st.state, st.consistency, st.reason, acks
+    return None
+
+
+def _copies(repo, set_id: int):
+    return sorted((c.source_node, c.node, c.state, c.method, tuple(c.ranks), c.bytes, c.seconds, c.path, c.error)
+                  for c in repo.copies(set_id))
+
+
+def _scontrol(cluster, *args: str):
+    proc = cluster.run(["scontrol", *args], timeout=30, host="ctl")
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_requeued_onto_other_nodes_resumes_with_every_ranks_node_local_state(cluster4):
+    cluster = cluster4
+    train = cluster.write_user_file("train-nodelocal.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
+    out = cluster.make_user_dir(f"nodelocal-{time.monotonic_ns()}")
+    jid = cluster.sbatch("-p", "low", "--requeue", "--open-mode=append", "--snapshot-on-preempt",
+                         "--snapshot-independent-ranks", "-N2", "--ntasks-per-node=1", "-c1",
+                         "--snapshot-volumes=scratch,pfs", "-o", f"{out}/slurm-%j.out",
+                         script=BATCH.format(train=train, python=cluster.python, scratch=cluster.scratch))
+    log = out / f"slurm-{jid}.out"
+    drained: list[str] = []
+    try:
+        first = cluster.wait_state(jid, "RUNNING", timeout=60)
+        old = cluster.run(["scontrol", "show", "hostnames", first.nodes], timeout=30).stdout.split()
+        assert len(old) == 2, first.nodes
+        deadline = time.monotonic() + 90
+        while len(re.findall(r"^step \d+", log.read_text() if log.exists() else "", re.M)) < 10:
+            assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
+            time.sleep(0.2)
+
+        # The preemptor wants exactly the job's nodes; once the job is off
+        # them, they are drained, so the requeued run can only go elsewhere.
+        cluster.sbatch("-p", "high", "-w", ",".join(old), "--exclusive", "-o", "/dev/null", "-J", "preemptor",
+                       "--wrap", "/bin/true")
+        cluster.wait_for(jid, lambda j: j is not None and j.restart_count >= 1, timeout=90, what="requeue",
+                         interval=0.2)
+        _scontrol(cluster, "update", f"nodename={','.join(old)}", "state=drain", "reason=issue23 test")
+        drained = old
+
+        deadline = time.monotonic() + 120
+        while (found := cluster.inventory(_preempt_set, jid)) is None:
+            assert time.monotonic() < deadline, f"no finished preemption set; hook log:\n{cluster.hook_log()[-4000:]}"
+            time.sleep(0.5)
+        set_id, state, consistency, reason, acks = found
+        assert (state, consistency) == ("COMPLETE", "app-consistent"), reason
+        assert sorted(n for n, _s in acks.values()) == sorted(old)
+
+        second = cluster.wait_state(jid, "RUNNING", timeout=120)
+        new = cluster.run(["scontrol", "show", "hostnames", second.nodes], timeout=30).stdout.split()
+        assert len(new) == 2 and not set(new) & set(old), (old, new)
+
+        pattern = re.compile(r"^resumed from step (\d+) \((.*)\)$", re.M)
+        deadline = time.monotonic() + 120
+        while len(pattern.findall(log.read_text())) < 2:
+            assert time.monotonic() < deadline, \
+                f"requeued run did not resume:\n{log.read_text()[-3000:]}\n{cluster.hook_log()[-3000:]}"
+            time.sleep(0.5)
+        resumed = pattern.findall(log.read_text())
+        # Each rank resumed from its own acknowledged step, from its own part
+        # (a snapshot under the node-local scratch), now on its new node.
+        assert sorted(int(s) for s, _ in resumed) == sorted(s for _n, s in acks.values()), (resumed, acks)
+        assert all(src.startswith(f"{cluster.scratch}/jobs/.snapshots/") for _, src in resumed), resumed
+        assert sorted(Path(src).name for _, src in resumed) == ["rank-0.pt", "rank-1.pt"]
+
+        from slurm_snap.config import load
+
+        resume = json.loads((Path(load(cluster.config_path("ctl")).paths.barrier_dir) / str(jid)
+                             / "resume.json").read_text())
+        assert resume["set_id"] == set_id and resume["missing"] == [], resume
+        assert {r: (e["from"], e["node"]) for r, e in resume["ranks"].items()} == \
+            {str(r): (n, new[old.index(n)]) for r, (n, _s) in acks.items()}, resume
+        copies = cluster.inventory(_copies, set_id)
+        assert [(c[0], c[1], c[2], c[3]) for c in copies] == \
+            sorted((old[i], new[i], "OK", "send") for i in range(2)), copies
+        for src_node, dst_node, _st, _m, ranks, nbytes, secs, path, _e in copies:
+            # The part is on the new node's own disk, and its rank's checkpoint in it.
+            on_disk = cluster.root_path(path, dst_node)
+            assert on_disk.is_dir() and nbytes > 0 and secs > 0, (on_disk, nbytes, secs)
+            (rank,) = ranks
+            assert (on_disk / "ckpt" / f"latest.rank-{rank}").is_file()
+        print(f"\nmoved: {[(c[0], c[1], c[5], round(c[6], 3)) for c in copies]}")
+
+        # The first step after each resume is the next one.
+        wanted = Counter(int(n) + 1 for n, _ in resumed)
+        deadline = time.monotonic() + 60
+        while True:
+            firsts = Counter(int(n) for n in re.findall(r"^SLURM_SNAP_FIRST_STEP (\d+)$", log.read_text(), re.M))
+            if not (wanted - firsts) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert not (wanted - firsts), (wanted, firsts)
+        assert "without" not in "".join(line for line in log.read_text().splitlines() if "slurm-snap:" in line)
+
+        shown = cluster.cli("show", f"set:{set_id}", "--json", host="ctl", timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        doc = json.loads(shown.stdout)
+        assert sorted((c["from"], c["node"], c["state"]) for c in doc["copies"]) == \
+            sorted((old[i], new[i], "OK") for i in range(2))
+    finally:
+        cluster.cancel(jid)
+        if drained:
+            cluster.run(["scontrol", "update", f"nodename={','.join(drained)}", "state=resume"], timeout=30,
+                        host="ctl")
+
+
+def _restorable_with_a_part_lost_for_good(repo):
+    """Restorable sets that have a LOST node-local part with no surviving copy: must be none."""
+    from slurm_snap import states as S
+
+    bad = []
+    for st in repo.sets_in_states(S.RESTORABLE):
+        ok = {c.snapshot_id for c in repo.copies(st.id, states=("OK",))}
+        bad += [(st.id, st.state, p.node) for p in repo.snapshots(st.id) if p.state == "LOST" and p.id not in ok]
+    return bad
+
+
+def _parts(repo, set_id: int):
+    return sorted((p.node, p.state, p.error) for p in repo.snapshots(set_id) if p.node), repo.get_set(set_id).state
+
+
+def test_with_partner_copies_a_destroyed_disk_loses_no_set_and_the_run_resumes(cluster4):
+    cluster = cluster4
+    train = cluster.write_user_file("train-partner.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
+    out = cluster.make_user_dir(f"partner-{time.monotonic_ns()}")
+    jid = cluster.sbatch("-p", "low", "--requeue", "--open-mode=append", "--snapshot-on-preempt",
+                         "--snapshot-independent-ranks", "-N2", "--ntasks-per-node=1", "-c1",
+                         "--snapshot-volumes=scratch,pfs", "-o", f"{out}/slurm-%j.out",
+                         script=BATCH.format(train=train, python=cluster.python, scratch=cluster.scratch))
+    log = out / f"slurm-{jid}.out"
+    drained: list[str] = []
+    try:
+        first = cluster.wait_state(jid, "RUNNING", timeout=60)
+        old = cluster.run(["scontrol", "show", "hostnames", first.nodes], timeout=30).stdout.split()
+        deadline = time.monotonic() + 90
+        while len(re.findall(r"^step \d+", log.read_text() if log.exists() else "", re.M)) < 10:
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        cluster.sbatch("-p", "high", "-w", ",".join(old), "--exclusive", "-o", "/dev/null", "-J", "preemptor",
+                       "--wrap", "/bin/true")
+        cluster.wait_for(jid, lambda j: j is not None and j.restart_count >= 1, timeout=90, what="requeue",
+                         interval=0.2)
+        # Keep the requeued run waiting while the partner copies are made and a disk is destroyed.
+        deadline = time.monotonic() + 30
+        while cluster.run(["scontrol", "hold", str(jid)], timeout=30, host="ctl").returncode != 0:
+            assert time.monotonic() < deadline, "could not hold the requeued job"
+            time.sleep(0.2)
+        deadline = time.monotonic() + 120
+        while (found := cluster.inventory(_preempt_set, jid)) is None:
+            assert time.monotonic() < deadline, f"no finished preemption set; hook log:\n{cluster.hook_log()[-4000:]}"
+            time.sleep(0.5)
+        set_id, state, consistency, reason, acks = found
+        assert (state, consistency) == ("COMPLETE", "app-consistent"), reason
+
+        # The schedule runner with partner copies on: each part to the job's other node.
+        conf = cluster.host_dir("ctl") / "etc" / "slurm-snap-partner.toml"
+        text = (cluster.host_dir("ctl") / "etc" / "slurm-snap.toml").read_text()
+        assert "\n[restore]\n" in text
+        conf.write_text(text.replace("\n[restore]\n", "\n[restore]\npartner_copies = true\n", 1))
+        ran = cluster.run([cluster.helper, "--config", f"{cluster.state}/local/etc/slurm-snap-partner.toml",
+                           "schedule"], host="ctl", timeout=300)
+        assert ran.returncode == 0, ran.stderr
+        copies = cluster.inventory(_copies, set_id)
+        partner_rows = sorted((c[0], c[1], c[2]) for c in copies)
+        assert partner_rows == sorted([(old[0], old[1], "OK"), (old[1], old[0], "OK")]), (copies, ran.stdout)
+        shown = json.loads(cluster.cli("show", f"set:{set_id}", "--json", timeout=60).stdout)
+        assert shown["set"]["survives_node_loss"] is True
+
+        # old[1]'s disk dies: every snapshot on it is gone, and Slurm has the node drained for it.
+        snapdir = cluster.disk(old[1]) / "jobs" / ".snapshots"
+        for snap in sorted(snapdir.iterdir()):
+            cluster.run(["/usr/bin/btrfs", "subvolume", "delete", str(cluster.state / "mnt" / "scratch" / "jobs" /
+                                                                      ".snapshots" / snap.name)],
+                        host=old[1], timeout=60, check=True)
+        _scontrol(cluster, "update", f"nodename={old[1]}", "state=drain", "reason=disk failure")
+        _scontrol(cluster, "update", f"nodename={old[0]}", "state=drain", "reason=maintenance")
+        drained = old
+        rep = cluster.cli("repair", "--json", timeout=300)
+        actions = json.loads(rep.stdout)
+        mine = [a for a in actions if a["set_id"] == set_id]
+        assert len(mine) == 1 and mine[0]["new_state"] == "COMPLETE" and f"a copy survives on {old[0]}" in \
+            mine[0]["reason"], actions
+        parts, st = cluster.inventory(_parts, set_id)
+        assert st == "COMPLETE" and [(n, s) for n, s, _e in parts] == sorted([(old[0], "CUT"), (old[1], "LOST")])
+        assert cluster.inventory(_restorable_with_a_part_lost_for_good) == []
+
+        _scontrol(cluster, "release", str(jid))
+        second = cluster.wait_state(jid, "RUNNING", timeout=120)
+        new = cluster.run(["scontrol", "show", "hostnames", second.nodes], timeout=30).stdout.split()
+        assert not set(new) & set(old), (old, new)
+        pattern = re.compile(r"^resumed from step (\d+) \((.*)\)$", re.M)
+        deadline = time.monotonic() + 120
+        while len(pattern.findall(log.read_text())) < 2:
+            assert time.monotonic() < deadline, \
+                f"requeued run did not resume:\n{log.read_text()[-3000:]}\n{cluster.hook_log()[-3000:]}"
+            time.sleep(0.5)
+        resumed = pattern.findall(log.read_text())
+        assert sorted(int(s) for s, _ in resumed) == sorted(s for _n, s in acks.values()), (resumed, acks)
+        # The lost node's part came from its partner copy.
+        moved = [c for c in cluster.inventory(_copies, set_id) if c[1] in new]
+        assert sorted((c[0], c[2]) for c in moved) == [(old[0], "OK"), (old[0], "OK")], moved
+    finally:
+        cluster.cancel(jid)
+        if drained:
+            cluster.run(["scontrol", "update", f"nodename={','.join(drained)}", "state=resume"], timeout=30,
+                        host="ctl")
