@@ -71,7 +71,9 @@ def log(message: str) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ckpt-dir", help="checkpoint directory (default: <pfs volume>/ckpt from job.json)")
+    parser.add_argument("--ckpt-dir", help="checkpoint directory (default: <CLASS volume>/ckpt from job.json)")
+    parser.add_argument("--ckpt-volume", default="pfs", metavar="CLASS",
+                        help="volume class whose per-job volume holds the checkpoints (default pfs)")
     parser.add_argument("--steps", type=int, default=1000, help="last step to train (default 1000)")
     parser.add_argument("--step-time", type=float, default=0.0,
                         help="extra seconds to sleep per step, so tests can catch a running job")
@@ -175,17 +177,17 @@ def params_digest(model: nn.Module) -> str:
 
 
 # -- checkpoints -----------------------------------------------------------------
-def default_ckpt_dir(ckpt: snap.Checkpointer) -> str:
-    # In a restore drill (`slurm-snap restore-test`) the pfs volume is a clone
-    # of the snapshot: train from there, never from the live tree.
-    restored = os.environ.get("SLURM_SNAP_RESTORE_PFS")
+def default_ckpt_dir(ckpt: snap.Checkpointer, vclass: str = "pfs") -> str:
+    # In a restore drill (`slurm-snap restore-test`) the class's volume is a
+    # clone of the snapshot: train from there, never from the live tree.
+    restored = os.environ.get("SLURM_SNAP_RESTORE_" + vclass.upper().replace("-", "_"))
     if os.environ.get("SLURM_SNAP_RESTORE") == "1" and restored:
         return os.path.join(restored, "ckpt")
     if ckpt.enabled:
         try:
-            return os.path.join(ckpt.volume_path("pfs"), "ckpt")
-        except SnapError as exc:  # no job.json or no pfs volume declared
-            log(f"no pfs volume ({exc}); using ./ckpt")
+            return os.path.join(ckpt.volume_path(vclass), "ckpt")
+        except SnapError as exc:  # no job.json or no such volume declared
+            log(f"no {vclass} volume ({exc}); using ./ckpt")
     return os.path.abspath("ckpt")
 
 
@@ -354,7 +356,7 @@ def main(argv=None) -> int:
         ckpt.install()
     say(f"rank {ckpt.rank} pid {os.getpid()} node {ckpt.node} world {ckpt.world_size or 1}")
     grouped = init_group(ckpt, args)
-    ckpt_dir = os.path.abspath(args.ckpt_dir) if args.ckpt_dir else default_ckpt_dir(ckpt)
+    ckpt_dir = os.path.abspath(args.ckpt_dir) if args.ckpt_dir else default_ckpt_dir(ckpt, args.ckpt_volume)
     os.makedirs(ckpt_dir, exist_ok=True)
 
     # One model for the job (DDP broadcasts rank 0's weights at wrapping), or one per rank.

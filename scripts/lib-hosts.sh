@@ -14,6 +14,8 @@
 #   STATE/mnt/scratch    <- STATE/disks/H/scratch  (nodes: its own btrfs)
 #   STATE/mnt/xscratch   <- STATE/disks/H/xscratch (nodes: its own XFS)
 #   STATE/mnt/pfs, STATE/mnt/xfs                   (shared, every host)
+#   STATE/mnt/zfs (with up --zfs)                  (shared, every host; mounts
+#                           zfs-fuse makes below it propagate: lib-zfs.sh)
 #   STATE/disks, STATE/hosts, STATE/img            (hidden: empty tmpfs)
 # Daemons are started with nsenter --net --mount (ip netns exec would remount
 # /sys and slurmd fails on /sys/fs/cgroup: ../shared/SLURM-LAB.md).
@@ -138,7 +140,8 @@ mnt_up() {
 	for h in $HOSTS; do
 		mnt_ns_alive "$h" && continue
 		: >"$NS_DIR/$h"
-		unshare --mount="$NS_DIR/$h" --propagation private /bin/true ||
+		# private, or unchanged with --zfs (lib-zfs.sh says why)
+		unshare --mount="$NS_DIR/$h" --propagation "$(host_propagation)" /bin/true ||
 			die "unshare --mount=$NS_DIR/$h failed"
 		host_mounts "$h"
 	done
@@ -183,6 +186,7 @@ write_hosts_file() {
 
 host_mounts() {
 	local h=$1 target d
+	zfs_host_mounts "$h"
 	while IFS= read -r target; do
 		in_mounts "$h" umount -l "$target" 2>/dev/null || log "warning: $h: cannot detach $target"
 	done < <(foreign_mounts "$h")

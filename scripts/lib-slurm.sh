@@ -161,6 +161,10 @@ write_snap_config() {
 				sed -e '1,/^$/d' -e '/^# >>> ctl only/d' -e '/^# <<< ctl only/d' "$template"
 			else
 				sed -e '1,/^$/d' -e '/^# >>> ctl only/,/^# <<< ctl only/d' "$template"
+			fi | if zfs_enabled; then
+				sed -e '/^# >>> zfs only/d' -e '/^# <<< zfs only/d'
+			else
+				sed -e '/^# >>> zfs only/,/^# <<< zfs only/d'
 			fi
 			if [ "$h" = ctl ] && [ -n "${SERVICE_LISTEN:-}" ]; then
 				printf '\n[service]\nlisten = "%s"\n' "$SERVICE_LISTEN"

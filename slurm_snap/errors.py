@@ -141,6 +141,12 @@ class CommandFailed(BackendError):
     template = "{argv0} exited with status {status}: {stderr}"
 
 
+class OtherFilesystem(BackendError):
+    """A clone cannot go where it was asked (another filesystem or pool); a
+    restore drill then clones next to the volume instead."""
+    template = "{backend}: clone target {value!r} {why}"
+
+
 class Unsupported(SnapError):
     exit_code = UNSUPPORTED
     template = "{backend} does not support {verb}"

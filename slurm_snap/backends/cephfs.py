@@ -1,5 +1,5 @@
 """cephfs: CephFS directory snapshots through the .snap pseudo-directory.
-UNTESTED against a real Ceph cluster: see docs/backends.md.
+Tested against Ceph 16.2 (ceph-fuse) and a fake: see docs/backends.md.
 
     volume   /cephfs/scratch/job42      (any directory; snapshots must be enabled)
     snapshot mkdir /cephfs/scratch/job42/.snap/s1 (read-only, atomic for the subtree)
@@ -8,7 +8,10 @@ UNTESTED against a real Ceph cluster: see docs/backends.md.
 
 Snapshots live inside their volume's .snap, so names never collide between
 volumes. Entries named _NAME_INODE in .snap are ancestors' snapshots seen from
-below and are not listed. CephFS exposes no creation time we trust: created_at is None.
+below (measured: `_ps_1099511627776`) and are not listed; that is why the MDS
+refuses a snapshot name starting with '_' (EINVAL), and why we refuse it first,
+naming it. created_at is None: Ceph 16 has `ceph.snap.btime` (an xattr), but
+reading it needs a tool beyond coreutils on the host that cuts.
 """
 from __future__ import annotations
 
@@ -41,6 +44,9 @@ class CephfsBackend(Backend):
 
     def create(self, volume: str, name: str) -> SnapshotRef:
         volume, name = self._volume(volume), check_name(name)
+        if name.startswith("_"):
+            raise errors.BadValueError(what="cephfs snapshot name", value=name,
+                                       why="CephFS reserves names starting with '_' for ancestors' snapshots")
         path = self._path(volume, name)
         if self.run("test", "-d", path, ok=(0, 1)).status != 0:
             self.run("mkdir", "--", path)

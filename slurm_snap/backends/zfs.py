@@ -1,10 +1,13 @@
 """zfs: dataset snapshots (`pool/fs@name`). See docs/backends.md for what was run where.
 
-    volume   tank/scratch/job42
+    volume   tank/scratch/job42, or the path a dataset is mounted at
+             (/tank/scratch/jobs/42: what volume classes and the Prolog use)
     snapshot tank/scratch/job42@s1, visible at <mountpoint>/.zfs/snapshot/s1
              (where the filesystem has a .zfs directory: OpenZFS does,
              zfs-fuse 0.7 does not, and its snapshots then have no path)
-    clone    zfs clone tank/scratch/job42@s1 tank/restore/job42 (writable dataset)
+    clone    zfs clone tank/scratch/job42@s1 tank/restore/job42 (writable dataset);
+             to a path: a dataset of the snapshot's pool mounted at that path,
+             which must lie inside a mounted dataset of that pool
 
 Snapshot names are per dataset, so two volumes never collide on a name.
 
@@ -101,10 +104,14 @@ def parse_dialect(status: int, stdout: str, stderr: str) -> Dialect | None:
     return None
 
 
+_CLONE_CHARS_RE = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
 class ZfsBackend(Backend):
     name = "zfs"
     TOOLS = ("zfs",)
-    UTILS = ("test",)
+    # mkdir/rmdir: a restore drill's namespace next to a volume (restore/drill.py).
+    UTILS = ("test", "mkdir", "rmdir")
 
     def __init__(self, options: Mapping[str, Any], transport: Transport):
         # Probed on first use, not here: building a backend (config checks,
@@ -147,6 +154,58 @@ class ZfsBackend(Backend):
                             dataset, ok=ok)
         return self.run("zfs", "get", "-H", "-p", "-o", "name,value", "-d", "1", "creation", dataset, ok=ok)
 
+    def _mounted(self) -> list[tuple[str, str]]:
+        """(dataset, mountpoint) of every filesystem mounted at a path; one
+        `zfs list`, whose name,mountpoint -H output every CLI we know has."""
+        out = self.run("zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem").text
+        pairs = (line.split("\t") for line in out.splitlines())
+        return [(p[0], p[1].rstrip("/") or "/") for p in pairs if len(p) == 2 and p[1].startswith("/")]
+
+    def _dataset(self, volume: str) -> str:
+        """A dataset name as given, or the dataset mounted exactly at a path.
+
+        Volume classes name volumes by path (the Prolog makes
+        <prefix>/jobs/<id>); a snapshot covers one dataset, so a path must be
+        a dataset's mountpoint, not a directory inside one, as a btrfs volume
+        must be a subvolume."""
+        if not (isinstance(volume, str) and volume.startswith("/")):
+            return check_dataset(volume)
+        path = check_abs_path("zfs volume", volume).rstrip("/") or "/"
+        for name, mp in self._mounted():
+            if mp == path:
+                return name
+        raise errors.BadValueError(what="zfs volume", value=volume,
+                                   why="no zfs dataset is mounted there; make the directory a dataset "
+                                       "(`zfs create POOL/...` with that mountpoint)")
+
+    def _containing(self, path: str) -> tuple[str, str] | None:
+        """The dataset whose mount holds `path` (longest mountpoint prefix)."""
+        best = None
+        for name, mp in self._mounted():
+            if (path == mp or path.startswith(mp.rstrip("/") + "/")) and (best is None or len(mp) > len(best[1])):
+                best = (name, mp)
+        return best
+
+    def create_volume(self, path: str) -> str:
+        """A dataset mounted at `path`, a child of the dataset mounted at its
+        parent directory (<prefix>/jobs must itself be a dataset's mountpoint:
+        `zfs create -p` would turn directories into datasets mounted over them)."""
+        path = check_abs_path("volume", path).rstrip("/")
+        if self.path_exists(path):
+            raise errors.AlreadyExists(what="volume", value=path)
+        parent, leaf = path.rsplit("/", 1)
+        mounted = dict((mp, name) for name, mp in self._mounted())
+        if (parent or "/") not in mounted:
+            raise errors.BadValueError(what="zfs volume", value=path,
+                                       why=f"its parent {parent or '/'} is not a zfs dataset's mountpoint; "
+                                           "make it one (`zfs create POOL/.../jobs`)")
+        dataset = check_dataset(f"{mounted[parent or '/']}/{leaf}", "zfs volume dataset")
+        self.run("zfs", "create", dataset)
+        if self._mountpoint(dataset) != path:  # a parent with a different mountpoint scheme
+            raise errors.BackendError(backend=self.name,
+                                      why=f"zfs create {dataset} did not mount it at {path}")
+        return path
+
     def _snapshots(self, dataset: str) -> dict[str, dt.datetime | None]:
         return parse_snapshot_list(self._listing(dataset).text, dataset)
 
@@ -169,13 +228,13 @@ class ZfsBackend(Backend):
         snapdir = f"{mp.rstrip('/')}/.zfs/snapshot"
         return snapdir if self.run("test", "-d", snapdir, ok=(0, 1)).status == 0 else None
 
-    def _ref(self, dataset: str, full: str, created: dt.datetime | None, snapdir: str | None) -> SnapshotRef:
+    def _ref(self, volume: str, full: str, created: dt.datetime | None, snapdir: str | None) -> SnapshotRef:
         snap = full.partition("@")[2]
         path = f"{snapdir}/{snap}" if snapdir else None
-        return self.ref(dataset, snap, full, path, created)
+        return self.ref(volume, snap, full, path, created)
 
     def create(self, volume: str, name: str) -> SnapshotRef:
-        dataset, name = check_dataset(volume), check_name(name)
+        dataset, name = self._dataset(volume), check_name(name)
         full = f"{dataset}@{name}"
         snaps = self._snapshots(dataset)  # also fails clearly if the dataset is missing
         if full not in snaps:
@@ -184,16 +243,18 @@ class ZfsBackend(Backend):
             if full not in snaps:
                 raise errors.BackendError(backend=self.name,
                                           why=f"zfs snapshot {full} exited 0 but zfs list does not show it")
-        return self._ref(dataset, full, snaps.get(full), self._snapdir(dataset))
+        return self._ref(volume, full, snaps.get(full), self._snapdir(dataset))
 
     def list(self, volume: str) -> list[SnapshotRef]:
-        dataset = check_dataset(volume)
+        dataset = self._dataset(volume)
         snaps = self._snapshots(dataset)
         snapdir = self._snapdir(dataset) if snaps else None
-        return [self._ref(dataset, full, created, snapdir) for full, created in sorted(snaps.items())]
+        return [self._ref(volume, full, created, snapdir) for full, created in sorted(snaps.items())]
 
     def exists(self, ref: SnapshotRef) -> bool:
-        dataset = check_dataset(ref.volume)
+        # Through the volume, not the ref's own dataset part: a ref that
+        # names another dataset's snapshot is not this volume's.
+        dataset = self._dataset(ref.volume)
         res = self._listing(dataset, ok=(0, 1))
         return res.status == 0 and ref.ref in parse_snapshot_list(res.text, dataset)
 
@@ -206,6 +267,8 @@ class ZfsBackend(Backend):
         return True
 
     def clone(self, ref: SnapshotRef, target: str) -> str:
+        if isinstance(target, str) and target.startswith("/"):
+            return self._clone_to_path(ref, target)
         target = check_dataset(target, "clone target dataset")
         if self.run("zfs", "get", "-H", "-p", "-o", "value", "mountpoint", target, ok=(0, 1)).status == 0:
             raise errors.AlreadyExists(what="clone target dataset", value=target)
@@ -213,6 +276,25 @@ class ZfsBackend(Backend):
             raise errors.NotFound(what="snapshot", value=ref.ref)
         self.run("zfs", "clone", ref.ref, target)
         return self._mountpoint(target) or target
+
+    def _clone_to_path(self, ref: SnapshotRef, target: str) -> str:
+        """`zfs clone -o mountpoint=TARGET` into a dataset named after the
+        target, beside the dataset whose mount holds it. Only inside the
+        snapshot's own pool's mounts: ZFS would mount a clone anywhere, but a
+        mount on another filesystem (an NFS or parallel-filesystem restore
+        root) is seen by the one host that ran zfs, and with zfs-fuse only in
+        its daemon's mount namespace. OtherFilesystem lets a drill retry
+        next to the volume."""
+        target = self.check_clone_target(ref, target).rstrip("/")
+        pool = check_dataset(ref.ref.partition("@")[0], "zfs snapshot").split("/")[0]
+        holder = self._containing(target.rsplit("/", 1)[0] or "/")
+        if holder is None or holder[0].split("/")[0] != pool:
+            raise errors.OtherFilesystem(backend=self.name, value=target,
+                                         why=f"is not inside a mounted dataset of pool {pool!r}")
+        flat = _CLONE_CHARS_RE.sub("_", target[len(holder[1]):].strip("/"))[-180:].lstrip("-.")
+        dataset = check_dataset(f"{holder[0]}/slurm-snap-clone-{flat}", "clone dataset")
+        self.run("zfs", "clone", "-o", f"mountpoint={target}", ref.ref, dataset)
+        return target
 
     # Retry pauses for "dataset is busy" where the dialect needs them: ~3 s in
     # all, so a dataset that is really in use still fails soon and clearly.
@@ -228,6 +310,16 @@ class ZfsBackend(Backend):
                 break  # a real refusal: the last run below reports it
             time.sleep(delay)
         self.run("zfs", "destroy", name)
+
+    def _remove_mountpoint_dir(self, path: str) -> None:
+        """ZFS makes the directory of a `-o mountpoint=` clone and leaves it
+        after destroy: removed (only if empty: rmdir), so the clone is gone as
+        a path too. zfs-fuse finishes the unmount a moment later (EBUSY)."""
+        for delay in self.BUSY_RETRY_DELAYS:
+            if self.run("rmdir", "--", path, ok=(0, 1)).status == 0 or not self.path_exists(path):
+                return
+            time.sleep(delay)
+        self.run("rmdir", "--", path)
 
     def delete_clone(self, path: str) -> bool:
         """Destroy the clone dataset mounted at `path` (or named `path`, as
@@ -252,6 +344,8 @@ class ZfsBackend(Backend):
                 raise errors.BadValueError(what="zfs clone", value=path,
                                            why=f"dataset {name} is not a clone (origin {origin}); refusing to destroy it")
             self._destroy_dataset(name)
+            if by_path:
+                self._remove_mountpoint_dir(key)
             return True
         if by_path and self.path_exists(key):
             raise errors.BadValueError(what="zfs clone", value=path, why="no zfs dataset is mounted there")

@@ -501,10 +501,14 @@ class Drill:
 
         try:
             return attempt(ns)
-        except errors.CommandFailed as first:
-            if not snap.ref.startswith("/") or "mkdir" not in backend.tools:
+        except (errors.CommandFailed, errors.OtherFilesystem) as first:
+            # Next to the snapshot where it is a path (btrfs, reflink copies);
+            # next to the volume where it is not (a zfs dataset@name): both
+            # are on the filesystem the clone must be made on.
+            near = snap.ref if snap.ref.startswith("/") else snap.volume.path
+            if not near.startswith("/") or "mkdir" not in backend.tools:
                 raise
-            alt = nsmod.alt_namespace(snap.ref, ns)
+            alt = nsmod.alt_namespace(near, ns)
             try:
                 check_target(alt, plan.live, self.cfg, protected=plan.protected)
             except errors.BadValueError:

@@ -2,6 +2,7 @@
 
 Everything here is torn down by what it set up: we unmount what we mounted,
 detach the loop device we attached and kill the sshd we started, by PID.
+The one-host Ceph behind the `cephfs` fixture lives in ceph_cluster.py.
 With CI=true a missing component is a test failure; locally it is a skip that
 says what is missing.
 """
@@ -226,3 +227,11 @@ def _destroy_pool(zpool: str, pool: str) -> str | None:
 def zfs_pool():
     with zfs_fuse_pool() as pool:
         yield pool
+
+
+@pytest.fixture(scope="session")
+def cephfs():
+    from ceph_cluster import cephfs_cluster  # pulled in only by the tests that ask for Ceph
+
+    with cephfs_cluster() as mounted:
+        yield mounted

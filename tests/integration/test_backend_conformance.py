@@ -1,15 +1,17 @@
 """One conformance suite, run by every backend.
 
 Real filesystems: btrfs and xfs-reflink on loop devices, btrfs again through
-SshTransport against our own sshd, and zfs on a zfs-fuse pool (the zfs-fuse
-0.7 CLI dialect). zfs again (the OpenZFS 2.x dialect), lvm, lustre, gpfs and
-cephfs run against the fake CLIs in tests/fakes (documented argv, output and
-errors; not the real systems). Each case asserts the contract in base.py.
+SshTransport against our own sshd, zfs on a zfs-fuse pool (the zfs-fuse
+0.7 CLI dialect), and cephfs on a one-host Ceph 16 mounted with ceph-fuse
+(tests/integration/ceph_cluster.py). zfs again (the OpenZFS 2.x dialect),
+lvm, lustre, gpfs and cephfs again run against the fake CLIs in tests/fakes
+(documented argv, output and errors; not the real systems). Each case asserts the contract in base.py.
 """
 from __future__ import annotations
 
 import errno
 import itertools
+import json
 import os
 import stat
 import subprocess
@@ -27,6 +29,7 @@ from slurm_snap.backends.ssh import SshTransport
 from slurm_snap.backends.transport import LocalTransport
 
 btrfs_fs, xfs_fs, sshd, zfs_pool = realfs.btrfs_fs, realfs.xfs_fs, realfs.sshd, realfs.zfs_pool  # session fixtures
+cephfs = realfs.cephfs
 
 FAKES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fakes")
 FAKE_ENV = "SLURM_SNAP_FAKE_STATE"
@@ -112,6 +115,22 @@ def _zfs(tmp_path) -> Harness:
                    volume_dir=lambda v: os.path.join(state, "mnt", v), clones_pin=True)
 
 
+def _zfs_paths(tmp_path) -> Harness:
+    """The fake OpenZFS CLI with volumes and clone targets named by path (mountpoints)."""
+    state, transport, tool = _fake_env(tmp_path)
+    tool("zfs", "create", "tank")
+    vols = ["tank/vol", "tank/other", "tank/odd name:x.y-z"]
+    for v in vols:
+        tool("zfs", "create", v)
+    mnt = os.path.join(state, "mnt")
+
+    def make(**opts):
+        return get_backend("zfs", {"tool_dir": FAKES, **opts}, transport)
+
+    return Harness(make(), *(os.path.join(mnt, v) for v in vols[:2]), "independent", os.path.join(mnt, vols[2]),
+                   lambda n: os.path.join(mnt, "tank", f"clone-{n}"), make, volume_dir=lambda v: v, clones_pin=True)
+
+
 def _zfs_fuse(pool) -> Harness:
     parent = f"{pool.name}/t{next(_seq)}"
     vols = [f"{parent}/{n}" for n in ("vol", "other", "odd name:x.y-z")]
@@ -127,6 +146,22 @@ def _zfs_fuse(pool) -> Harness:
                    lambda n: f"{parent}/clone-{n.replace(ODD, 'odd name')}", make,
                    volume_dir=lambda v: pool.mountpoint + v[len(pool.name):], enforced_ro=True, browsable=False,
                    clones_pin=True)
+
+
+def _zfs_fuse_paths(pool) -> Harness:
+    """The same pool, volumes and clone targets named by path, as volume
+    classes and restore drills name them: a volume is a dataset's mountpoint,
+    a clone a dataset mounted at the target (inside the pool's mounts)."""
+    h = _zfs_fuse(pool)
+    mp = h.volume_dir
+
+    def make(**opts):
+        return get_backend("zfs", opts, LocalTransport())
+
+    parent = os.path.dirname(mp(h.volume))
+    return Harness(make(), mp(h.volume), mp(h.other_volume), "independent", mp(h.odd_volume),
+                   lambda n: os.path.join(parent, f"clone-{n}"), make, volume_dir=lambda v: v,
+                   enforced_ro=True, browsable=False, clones_pin=True)
 
 
 def _lvm(tmp_path) -> Harness:
@@ -182,6 +217,20 @@ def _cephfs(tmp_path) -> Harness:
                    make, volume_dir=lambda v: v)
 
 
+def _cephfs_real(mounted) -> Harness:
+    parent = os.path.join(mounted.mountpoint, f"t{next(_seq)}")
+    vols = [os.path.join(parent, n) for n in ("vol", "other", ODD)]
+    for v in vols:
+        os.makedirs(v)
+
+    def make(**opts):
+        return get_backend("cephfs", opts, LocalTransport())
+
+    # A CephFS snapshot is read-only for root too (EROFS), and browsable under .snap.
+    return Harness(make(), vols[0], vols[1], "independent", vols[2], lambda n: os.path.join(parent, f"clone-{n}"),
+                   make, volume_dir=lambda v: v, enforced_ro=True)
+
+
 REAL = pytest.mark.integration
 BACKENDS = [
     pytest.param("btrfs", marks=REAL),
@@ -189,7 +238,9 @@ BACKENDS = [
     pytest.param("xfs-reflink", marks=REAL),
     pytest.param("xfs-reflink-mode", marks=REAL),
     pytest.param("zfs-fuse", marks=REAL),
-    "zfs", "lvm", "lustre", "gpfs", "cephfs",
+    pytest.param("zfs-fuse-paths", marks=REAL),
+    pytest.param("cephfs-real", marks=REAL),
+    "zfs", "zfs-paths", "lvm", "lustre", "gpfs", "cephfs",
 ]
 
 
@@ -206,9 +257,14 @@ def h(request, tmp_path) -> Harness:
         return _btrfs(request.getfixturevalue("btrfs_fs").mountpoint, transport)
     if kind == "zfs-fuse":
         return _zfs_fuse(request.getfixturevalue("zfs_pool"))
+    if kind == "zfs-fuse-paths":
+        return _zfs_fuse_paths(request.getfixturevalue("zfs_pool"))
+    if kind == "cephfs-real":
+        return _cephfs_real(request.getfixturevalue("cephfs"))
     if kind.startswith("xfs-reflink"):
         return _xfs(request.getfixturevalue("xfs_fs").mountpoint, "mode" if kind.endswith("mode") else "immutable")
-    return {"zfs": _zfs, "lvm": _lvm, "lustre": _lustre, "gpfs": _gpfs, "cephfs": _cephfs}[kind](tmp_path)
+    return {"zfs": _zfs, "zfs-paths": _zfs_paths, "lvm": _lvm, "lustre": _lustre, "gpfs": _gpfs,
+            "cephfs": _cephfs}[kind](tmp_path)
 
 
 def snapshot_view(h: Harness, ref, tag: str) -> str:
@@ -415,7 +471,7 @@ def test_invalid_snapshot_name_is_rejected(h: Harness):
 # Backends whose volumes are directories named by path (zfs, lvm and gpfs name
 # datasets, logical volumes and filesets; lustre cuts the whole filesystem).
 PATH_BACKENDS = [pytest.param("btrfs", marks=REAL), pytest.param("btrfs-ssh", marks=REAL),
-                 pytest.param("xfs-reflink", marks=REAL), "cephfs"]
+                 pytest.param("xfs-reflink", marks=REAL), pytest.param("cephfs-real", marks=REAL), "cephfs"]
 
 
 @pytest.mark.parametrize("h", PATH_BACKENDS, indirect=True)
@@ -442,7 +498,8 @@ def test_a_volume_swapped_for_a_symlink_is_refused_as_a_symlink(h: Harness):
 
 
 # --------------------------------------------------------------------------- backend-specific
-@pytest.mark.parametrize("h", [pytest.param("zfs-fuse", marks=REAL), "zfs"], indirect=True)
+@pytest.mark.parametrize("h", [pytest.param("zfs-fuse", marks=REAL), pytest.param("zfs-fuse-paths", marks=REAL), "zfs",
+                               "zfs-paths"], indirect=True)
 def test_zfs_delete_clone_destroys_only_a_clone(h: Harness):
     ref = h.backend.create(h.volume, "s1")
     path = h.backend.clone(ref, h.clone_target("c1"))
@@ -457,6 +514,74 @@ def test_zfs_delete_clone_destroys_only_a_clone(h: Harness):
     assert not os.path.exists(os.path.join(path, "data"))
     assert h.backend.delete_clone(path) is False  # already gone
     assert h.backend.delete(ref) is True  # no clone pins it any more
+
+
+@pytest.mark.parametrize("h", [pytest.param("cephfs-real", marks=REAL), "cephfs"], indirect=True)
+def test_cephfs_refuses_names_the_mds_reserves(h: Harness):
+    """The MDS answers mkdir .snap/_NAME with EINVAL (Ceph 16, measured): such
+    names are how ancestors' snapshots show. Refused before any tool runs."""
+    for bad in ("_a_1", "_x"):
+        with pytest.raises(errors.BadValueError) as e:
+            h.backend.create(h.volume, bad)
+        assert repr(bad) in str(e.value) and "reserves" in str(e.value)
+    assert h.backend.list(h.volume) == []
+
+
+@pytest.mark.integration
+def test_cephfs_ancestors_snapshots_are_not_listed(cephfs):
+    """A snapshot of a parent shows in every descendant's .snap as
+    _NAME_INODE; list() must not take it for the volume's own."""
+    h = _cephfs_real(cephfs)
+    parent = os.path.dirname(h.volume)
+    os.mkdir(os.path.join(parent, ".snap", "up"))
+    try:
+        inherited = os.listdir(os.path.join(h.volume, ".snap"))
+        assert len(inherited) == 1 and inherited[0].startswith("_up_"), inherited  # what the real MDS shows
+        assert h.backend.list(h.volume) == []
+        mine = h.backend.create(h.volume, "s1")
+        assert h.backend.list(h.volume) == [mine]
+    finally:
+        os.rmdir(os.path.join(parent, ".snap", "up"))
+
+
+@pytest.mark.integration
+def test_zfs_path_volumes_must_be_mountpoints_and_clones_stay_in_the_pool(zfs_pool, tmp_path):
+    h = _zfs_fuse_paths(zfs_pool)
+    inside = os.path.join(h.volume, "subdir")
+    os.mkdir(inside)
+    with pytest.raises(errors.BadValueError) as e:  # a directory inside a dataset is not a volume
+        h.backend.create(inside, "s1")
+    assert repr(inside) in str(e.value) and "no zfs dataset is mounted there" in str(e.value)
+    ref = h.backend.create(h.volume, "s1")
+    elsewhere = str(tmp_path / "restore" / "vol")  # not on the pool: another filesystem
+    os.makedirs(os.path.dirname(elsewhere))
+    with pytest.raises(errors.OtherFilesystem) as e:
+        h.backend.clone(ref, elsewhere)
+    assert repr(elsewhere) in str(e.value) and zfs_pool.name in str(e.value)
+    assert not os.path.exists(elsewhere)
+    # create_volume: a child dataset of the dataset mounted at the parent (the Prolog's per-job volume)
+    jobs = os.path.dirname(h.volume)
+    made = h.backend.create_volume(os.path.join(jobs, "job42"))
+    assert made == os.path.join(jobs, "job42") and os.path.ismount(made)
+    assert h.backend.create(made, "s1").ref.endswith("/job42@s1")
+    with pytest.raises(errors.AlreadyExists):
+        h.backend.create_volume(made)
+    with pytest.raises(errors.BadValueError) as e:  # parent is a plain directory, not a dataset
+        h.backend.create_volume(os.path.join(inside, "job43"))
+    assert "not a zfs dataset's mountpoint" in str(e.value)
+
+
+@pytest.mark.integration
+def test_cephfs_cluster_fits_ci(cephfs):
+    """What docs/backends.md claims for CI: the five processes stay under
+    1 GiB RSS (measured ~440 MiB) and the MDS is active with snapshots allowed."""
+    rss = cephfs.rss_kb()
+    print(f"ceph: started in {cephfs.start_seconds:.1f} s; RSS {sum(rss.values()) >> 10} MiB {rss}")
+    assert sorted(rss) == ["fuse", "mds", "mgr", "mon", "osd"]
+    assert sum(rss.values()) < 1 << 20, rss
+    # Ceph 16's JSON has no flags_state: the bit is CEPH_MDSMAP_ALLOW_SNAPS (1<<1, include/ceph_fs.h).
+    flags = json.loads(cephfs.ceph("fs", "get", "sstest", "-f", "json"))["mdsmap"]["flags"]
+    assert flags & (1 << 1), flags
 
 
 @pytest.mark.integration

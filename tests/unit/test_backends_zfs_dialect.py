@@ -120,10 +120,12 @@ def test_delete_clone_retries_busy_on_zfs_fuse(monkeypatch):
     slept: list[float] = []
     monkeypatch.setattr(zfs.time, "sleep", slept.append)
     b, t = backend({("version",): fail(2, FUSE_VERSION_ERR), CLONES: ok(FUSE_CLONE_LIST),
-                    ("destroy", "tank/c1"): [BUSY, ok()]})
+                    ("destroy", "tank/c1"): [BUSY, ok()], ("rmdir", "--", "/tank/c1"): ok()})
     assert b.delete_clone("/tank/c1") is True
     assert t.calls.count(("destroy", "tank/c1")) == 2
     assert slept == [zfs.ZfsBackend.BUSY_RETRY_DELAYS[0]]
+    # ZFS leaves the mountpoint directory of a clone it made there: removed, only if empty (rmdir)
+    assert t.calls[-1] == ("rmdir", "--", "/tank/c1")
 
 
 def test_delete_clone_gives_up_on_a_dataset_that_stays_busy(monkeypatch):
