@@ -76,7 +76,6 @@ class Placed:
     moves: list                 # nodelocal.Move: parts to bring first
     unplaceable: list           # why a part cannot be brought (fails the drill)
     target: dict                # snapshot id -> node its clone goes on
-    source: dict                # snapshot id -> node holding it when cloned (its own or a copy's)
 
 
 @dataclass
@@ -251,8 +250,6 @@ def place(snapshots, old_nodes: list[str], acks, copies, place: Placement,
     rank_new, moves, unplaceable = nodelocal.follow(views, old_nodes, nodes, rank_old, held, lost,
                                                     prefer_copies=place.prefer_copies)
     target: dict[int, str] = {}
-    source: dict[int, str] = {}
-    moved = {m.part.snapshot_id: m for m in moves}
     for s in local:
         news = sorted({rank_new.get(r) for r, n in rank_old.items() if n == s.node} - {None})
         if not news:
@@ -260,14 +257,10 @@ def place(snapshots, old_nodes: list[str], acks, copies, place: Placement,
                 unplaceable.append(f"{s.volume.volume_class} part cut on {s.node}: no rank of the job ran there "
                                    "to place it by")
             continue
+        # There when cloned: its own node, a copy already held there, or the move's.
         target[s.id] = news[0]
-        if s.id in moved:
-            source[s.id] = news[0]   # the copy the move brings
-        elif news[0] == s.node or news[0] in held.get(s.id, set()):
-            source[s.id] = news[0]
     node_map = {o: nodes[k] for k, o in enumerate(old_nodes)}
-    return Placed(nodes=nodes, node_map=node_map, moves=moves, unplaceable=unplaceable, target=target,
-                  source=source)
+    return Placed(nodes=nodes, node_map=node_map, moves=moves, unplaceable=unplaceable, target=target)
 
 
 def _owns(caller: Caller, run) -> bool:

@@ -226,3 +226,23 @@ def test_usable_nodes_are_the_ones_slurm_would_run_on(monkeypatch):
     monkeypatch.setattr(commands, "node_states", lambda timeout=10.0: {
         "n1": ("idle", ""), "n2": ("drained", "disk failure"), "n3": ("mixed", ""), "n4": ("down*", "gone")})
     assert drill_mod._usable_nodes() == ["n1", "n3"]
+
+
+def test_cli_placement_flags(world, capsys):
+    from slurm_snap.cli import main
+    from slurm_snap.inventory.repository import Inventory
+
+    inv = Inventory(world.cfg.inventory.url)
+    inv.upgrade()
+    try:
+        add_node_local_set(inv, world, nodes=("n1",))
+        cfg = str(world.base / "slurm-snap.toml")
+        rc = main(["--config", cfg, "restore-test", "42", "--command", "/bin/true", "--other-nodes",
+                   "--nodelist", "n3"])
+        assert rc == errors.USAGE and "exclude each other" in capsys.readouterr().err
+        rc = main(["--config", cfg, "restore-test", "42", "--command", "/bin/true", "--nodelist", "n[3"])
+        assert rc == errors.USAGE and "n[3" in capsys.readouterr().err   # a bad hostlist names itself
+        with inv.session() as repo:
+            assert restore_tests(repo, 1) == [] and repo.get_set(1).state == S.COMPLETE
+    finally:
+        inv.dispose()
