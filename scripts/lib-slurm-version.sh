@@ -59,7 +59,7 @@ slurm_conf_version_lines() {
 }
 
 slurm_build_key() {
-	printf '%s %s %s' "$SLURM_2411_VERSION" "$SLURM_2411_CONFIGURE" "$(uname -m)" | sha256sum | cut -c1-16
+	printf '%s %s %s %s' "$SLURM_2411_DEBIAN" "$SLURM_2411_CONFIGURE" "$SLURM_2411_SKIP_PATCHES" "$(uname -m)" | sha256sum | cut -c1-16
 }
 
 # The installed prefix matches the cache key: reinstall when flags change.
@@ -117,13 +117,19 @@ ensure_slurm_2411() {
 	exec 8>&-
 }
 
-# Debian's fixes (security, build) on top of upstream, in series order; a
-# patch that no longer applies stops the build rather than being skipped.
+# Debian's fixes (the CVE fixes above all) on top of upstream, in series
+# order; a patch that no longer applies stops the build rather than being
+# skipped. Not applied: patches of the build system's inputs (configure.ac,
+# Makefile.am: Debian runs autoreconf, this build does not, and make then
+# half-regenerates and fails in doc/man, measured) and Debian's packaging
+# choices (NVML forced on for its contrib plugin).
+SLURM_2411_SKIP_PATCHES="rpath miscellanea-manpages force-nvml"
 apply_debian_patches() {
 	local p
 	[ -r debian/patches/series ] || return 0
 	while read -r p _; do
 		case $p in '' | '#'*) continue ;; esac
+		case " $SLURM_2411_SKIP_PATCHES " in *" $p "*) printf 'debian patch %s: not applied (see lib-slurm-version.sh)\n' "$p"; continue ;; esac
 		patch -p1 --forward --quiet <"debian/patches/$p" || { printf 'debian patch %s does not apply\n' "$p"; return 1; }
 	done <debian/patches/series
 }

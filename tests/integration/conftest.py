@@ -21,6 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster import Cluster, default_inventory, new_state_dir, remove_state_dir, start_cluster  # noqa: E402
 
 
+def pytest_collection_modifyitems(items):
+    """Every test on the dev cluster's Slurm is marked `slurm`: the subset CI
+    runs on the second Slurm version (scripts/test with SLURM_SNAP_SLURM=24.11)."""
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm)
+
+
 @pytest.fixture(scope="session")
 def cluster():
     state = new_state_dir()
