@@ -98,7 +98,7 @@ ensure_slurm_2411() {
 	work=$(mktemp -d /var/tmp/slurm-build.XXXXXX)
 	install -d "$work/src"
 	log "building Slurm $SLURM_2411_VERSION into $SLURM_2411_PREFIX (log: $logdir/slurm-build.log; about 4 min on 2 cores)"
-	{
+	(
 		tar -C "$work/src" --strip-components=1 -xzf "$src" &&
 			tar -C "$work/src" -xJf "$SLURM_CACHE_DIR/slurm-wlm_$SLURM_2411_DEBIAN.debian.tar.xz" &&
 			cd "$work/src" &&
@@ -108,7 +108,7 @@ ensure_slurm_2411() {
 			nice -n 10 make -j"$(nproc)" &&
 			rm -rf "$SLURM_2411_PREFIX" &&
 			make install
-	} </dev/null >"$logdir/slurm-build.log" 2>&1 9>&- ||
+	) </dev/null >"$logdir/slurm-build.log" 2>&1 9>&- ||
 		{ tail -n 30 "$logdir/slurm-build.log" >&2; rm -rf "$work"; die "building Slurm $SLURM_2411_VERSION failed (log: $logdir/slurm-build.log)"; }
 	rm -rf "$work"
 	printf '%s\n' "$key" >"$SLURM_2411_PREFIX/.slurm-snap-build"

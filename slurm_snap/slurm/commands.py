@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from ..errors import CommandFailed, NotFound, Timeout, ToolMissing
 from . import version
-from .version import SlurmVersion
 
 _BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
 _SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -86,18 +85,11 @@ class JobInfo:
     batch_host: str
 
 
-def slurm_version(timeout: float = 10.0) -> SlurmVersion:
-    """The version of the Slurm commands this process runs; 22.05 (the
-    oldest supported, whose paths work everywhere) when squeue cannot say."""
-    return version.running(tool("squeue"), timeout) or version.OLDEST
-
-
 def squeue_job(job_id: int, timeout: float = 10.0) -> JobInfo:
-    """The job's current record. 22.05 ignores -j with --json (so filter
-    here, always); later versions honour it and answer with that job only."""
-    argv = [tool("squeue"), "--json"]
-    if slurm_version(timeout).squeue_json_filters:
-        argv += ["-j", str(int(job_id))]
+    """The job's current record. -j is given always: 24.11 answers with that
+    job alone, 22.05 ignores it with --json and prints every job (measured),
+    so the job is picked out here either way."""
+    argv = [tool("squeue"), "--json", "-j", str(int(job_id))]
     try:
         out = run(argv, timeout=timeout)
     except CommandFailed as exc:
@@ -127,10 +119,9 @@ def job_from_json(text: str, job_id: int) -> JobInfo | None:
 def running_jobs(timeout: float = 10.0) -> dict[int, int]:
     """Job id -> restart count of every RUNNING job, from one squeue call
     (the schedule runner's one question to Slurm per pass)."""
-    argv = [tool("squeue"), "--json"]
-    if slurm_version(timeout).squeue_json_filters:
-        argv += ["-t", "RUNNING"]
-    out = run(argv, timeout=timeout)
+    # As -j above: 22.05 ignores -t with --json, 24.11 honours it; the state
+    # is checked here either way.
+    out = run([tool("squeue"), "--json", "-t", "RUNNING"], timeout=timeout)
     return running_from_json(out)
 
 

@@ -9,7 +9,6 @@ holds the two together). Measured on 22.05.8 (Debian 12) and 24.11.5 (Debian
 """
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ class SlurmVersion:
 
     @classmethod
     def parse(cls, text: str) -> "SlurmVersion":
-        """From `squeue --version` ("slurm 24.11.5"), SLURM_VERSION of
+        """From SLURM_VERSION of
         `scontrol show config` ("22.05.8") or a package version ("24.11.5-4+deb13u1")."""
         m = _VERSION.search(text or "")
         if not m:
@@ -41,8 +40,7 @@ class SlurmVersion:
     def preempt_signal_setting(self) -> tuple[str, str]:
         """(key, value) that makes preemption send the job's --signal instead
         of SIGTERM. 23.02 moved it to PreemptParameters; 22.05 rejects that
-        key as a parse error, 24.11 still accepts the old spelling but
-        doctor asks for the one the version documents."""
+        key as a parse error."""
         if self >= SlurmVersion(23, 2):
             return ("PreemptParameters", "send_user_signal")
         return ("SlurmctldParameters", "preempt_send_user_signal")
@@ -61,17 +59,14 @@ class SlurmVersion:
         extern step; slurm-snap neither needs nor forbids it."""
         return self >= SlurmVersion(24, 5)
 
-    # --- command output ------------------------------------------------------
-    @property
-    def squeue_json_filters(self) -> bool:
-        """22.05 ignores -j/-u/-t with --json (prints every job); 24.11 honours
-        -j (measured), so a hook's question costs one job's JSON, not all."""
-        return self >= SlurmVersion(23, 2)
 
-
+# What doctor assumes when slurmctld does not say (SLURM_VERSION missing).
 OLDEST = SlurmVersion(22, 5, 0)
 
 
+# The JSON helpers go by shape, not by version: squeue --json's first answer
+# needs no version lookup (24.11's `squeue --version` already needs a
+# slurm.conf to read, measured), and the shapes never overlap.
 def json_number(value) -> int:
     """A number from Slurm's JSON: 22.05 prints plain integers; 23.02 and
     later {"set": bool, "infinite": bool, "number": N} (unset = 0)."""
@@ -85,36 +80,3 @@ def json_number(value) -> int:
 def json_states(value) -> list[str]:
     """job_state: a string in 22.05, a list of flags from 23.02 on."""
     return list(value) if isinstance(value, list) else [str(value)]
-
-
-def from_json_meta(doc: dict) -> SlurmVersion | None:
-    """The version the JSON's own header states (meta.Slurm in 22.05,
-    meta.slurm from 23.02): free with every --json answer."""
-    meta = doc.get("meta") or {}
-    slurm = meta.get("slurm") or meta.get("Slurm") or {}
-    release = slurm.get("release")
-    if release:
-        return SlurmVersion.parse(str(release))
-    v = slurm.get("version") or {}
-    try:
-        return SlurmVersion(int(v["major"]), int(v["minor"]), int(v.get("micro", 0)))
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-_SQUEUE_VERSION = re.compile(r"^slurm[- ](\d+\.\d+(?:\.\d+)?)", re.M)
-
-
-@functools.lru_cache(maxsize=4)
-def running(squeue: str, timeout: float = 10.0) -> SlurmVersion | None:
-    """The version of the Slurm commands this host runs (`squeue --version`
-    reads no config and asks no daemon: a few ms, once per process). None when
-    it does not answer like Slurm: callers then take the 22.05 path, which
-    works on every version (filters on the client side)."""
-    from .commands import run
-
-    try:
-        m = _SQUEUE_VERSION.search(run([squeue, "--version"], timeout=timeout))
-    except Exception:  # noqa: BLE001 - a version we cannot read is "the oldest"
-        return None
-    return SlurmVersion.parse(m.group(1)) if m else None

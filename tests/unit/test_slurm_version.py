@@ -108,41 +108,24 @@ def test_unset_and_infinite_numbers_are_zero():
     assert version.json_number(None) == 0 and version.json_number(3) == 3
 
 
-def test_the_json_header_names_its_version():
-    assert version.from_json_meta({"meta": {"slurm": {"release": "24.11.5"}}}) == SlurmVersion(24, 11, 5)
-    assert version.from_json_meta({"meta": {"Slurm": {"version": {"major": 22, "minor": 5, "micro": 8}}}}) \
-        == SlurmVersion(22, 5, 8)
-    assert version.from_json_meta({}) is None
-
-
 FAKE = """#!/bin/sh
 echo "$*" >>{log}
-[ "$1" = --version ] && {{ echo "slurm {v}"; exit 0; }}
 echo '{json}'
 """
 
 
-@pytest.mark.parametrize("v, filtered", [("22.05.8", False), ("24.11.5", True)])
-def test_a_hooks_squeue_asks_for_one_job_where_the_version_honours_it(tmp_path, monkeypatch, v, filtered):
+@pytest.mark.parametrize("job", [JOB_2205, JOB_2411], ids=["22.05", "24.11"])
+def test_a_hooks_squeue_names_the_job_and_still_picks_it_out(tmp_path, monkeypatch, job):
+    """24.11 honours -j with --json; 22.05 ignores it and prints every job."""
     log = tmp_path / "argv"
     squeue = tmp_path / "squeue"
-    squeue.write_text(FAKE.format(log=log, v=v, json=json.dumps({"jobs": [JOB_2205, {**JOB_2205, "job_id": 8}]})))
+    squeue.write_text(FAKE.format(log=log, json=json.dumps({"jobs": [job, {**job, "job_id": 8}]})))
     squeue.chmod(0o755)
     monkeypatch.setenv("SLURM_SNAP_SQUEUE", str(squeue))
-    version.running.cache_clear()
     assert commands.squeue_job(8).job_id == 8
-    calls = log.read_text().splitlines()
-    assert calls[0] == "--version"
-    assert calls[-1] == ("--json -j 8" if filtered else "--json")
-
-
-def test_a_squeue_that_cannot_say_its_version_gets_the_2205_path(tmp_path, monkeypatch):
-    squeue = tmp_path / "squeue"
-    squeue.write_text("#!/bin/sh\necho '{\"jobs\": []}'\n")
-    squeue.chmod(0o755)
-    monkeypatch.setenv("SLURM_SNAP_SQUEUE", str(squeue))
-    version.running.cache_clear()
-    assert commands.slurm_version() == version.OLDEST
+    assert log.read_text().splitlines() == ["--json -j 8"]
+    with pytest.raises(errors.NotFound):
+        commands.squeue_job(9)
 
 
 def test_bin_dir_comes_before_the_system_directories(tmp_path, monkeypatch):
