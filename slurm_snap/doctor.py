@@ -14,7 +14,7 @@ from .config import Config
 from .slurm import clifilter, hooknames
 from .slurm.commands import DEFAULT_SLURM_CONF
 from .slurm.duration import slurm_seconds
-from .slurm.version import OLDEST, SlurmVersion
+from .slurm.version import OLDEST, SlurmVersion, config_values
 from .errors import ConfigError
 from . import states as S
 
@@ -41,8 +41,8 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
                        "add PrologFlags=Alloc to slurm.conf (without it the Prolog runs only where a step lands)"))
     for key in hooknames.ENTRY_POINTS:
         name = hooknames.entry_point_name(key)
-        val = slurm.get(key, "")
-        out.append(Finding(name in val, f"{key} runs {name}",
+        vals = config_values(slurm, key)
+        out.append(Finding(any(name in v for v in vals), f"{key} runs {name}",
                            f"set {key}=/path/to/{name} in slurm.conf (etc/slurm.conf.slurm-snap)"))
     version = running_version(slurm)
     key, value = version.preempt_signal_setting

@@ -80,3 +80,16 @@ def json_number(value) -> int:
 def json_states(value) -> list[str]:
     """job_state: a string in 22.05, a list of flags from 23.02 on."""
     return list(value) if isinstance(value, list) else [str(value)]
+
+
+def config_values(show_config: dict[str, str], key: str) -> list[str]:
+    """A key's values in `scontrol show config`: 22.05 prints `Prolog = P`;
+    24.11 takes several scripts per hook and prints `Prolog[0] = P`,
+    `Prolog[1] = ...` (measured). By shape, as the JSON helpers above."""
+    if key in show_config:
+        return [show_config[key]]
+    values, i = [], 0
+    while f"{key}[{i}]" in show_config:
+        values.append(show_config[f"{key}[{i}]"])
+        i += 1
+    return values

@@ -137,3 +137,14 @@ def test_bin_dir_comes_before_the_system_directories(tmp_path, monkeypatch):
     assert commands.tool("scontrol") == str(fake)
     commands.adopt_bin_dir("/elsewhere")  # the environment's choice stays
     assert commands.tool("scontrol") == str(fake)
+
+
+def test_doctor_finds_the_hooks_in_24_11s_indexed_lines():
+    """24.11's `scontrol show config` prints Prolog[0] = ... (several scripts per hook)."""
+    cfg = Config(path="/x.toml")
+    slurm = {"SLURM_VERSION": "24.11.5", "Prolog[0]": "/site/other-prolog", "Prolog[1]": "/x/slurm-snap-prolog",
+             "Epilog[0]": "/x/slurm-snap-epilog", "PrologSlurmctld[0]": "/x/slurm-snap-prolog-slurmctld"}
+    found = {f.what: f.ok for f in doctor.check_slurm(cfg, slurm, [], None) if " runs slurm-snap" in f.what}
+    assert found == {"Prolog runs slurm-snap-prolog": True, "Epilog runs slurm-snap-epilog": True,
+                     "PrologSlurmctld runs slurm-snap-prolog-slurmctld": True,
+                     "EpilogSlurmctld runs slurm-snap-epilog-slurmctld": False}
