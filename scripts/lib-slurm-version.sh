@@ -28,8 +28,11 @@ SLURM_2411_APT_DIR=$SLURM_CACHE_DIR/apt-trixie
 # Only what slurm-snap and the dev cluster use: munge auth, json-c/http-parser/
 # yaml for --json output, lua for cli_filter. No cgroup v2 (no dbus), no
 # hwloc, pam, hdf5, X: the cluster runs proctrack/linuxproc and task/none.
+# --enable-multiple-slurmd as Debian's build: the dev cluster's slurmd n1..n3
+# share one NodeHostname (without it 24.11's slurmctld could not address n2
+# and n3: "_fwd_tree_get_addr: can't find address", measured).
 SLURM_2411_BUILD_DEPS="libmunge-dev liblua5.3-dev libjson-c-dev libhttp-parser-dev libyaml-dev pkg-config"
-SLURM_2411_CONFIGURE="--prefix=$SLURM_2411_PREFIX --sysconfdir=$SLURM_2411_PREFIX/etc --disable-static --disable-debug --without-hdf5 --without-rrdtool --without-pmix --without-ucx --without-nvml --without-rsmi --without-hwloc --disable-x11 --disable-slurmrestd"
+SLURM_2411_CONFIGURE="--prefix=$SLURM_2411_PREFIX --sysconfdir=$SLURM_2411_PREFIX/etc --enable-multiple-slurmd --disable-static --disable-debug --without-hdf5 --without-rrdtool --without-pmix --without-ucx --without-nvml --without-rsmi --without-hwloc --disable-x11 --disable-slurmrestd"
 
 # Where the chosen Slurm's programs, plugins and headers are.
 slurm_install_paths() {
