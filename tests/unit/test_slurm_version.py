@@ -148,3 +148,34 @@ def test_doctor_finds_the_hooks_in_24_11s_indexed_lines():
     assert found == {"Prolog runs slurm-snap-prolog": True, "Epilog runs slurm-snap-epilog": True,
                      "PrologSlurmctld runs slurm-snap-prolog-slurmctld": True,
                      "EpilogSlurmctld runs slurm-snap-epilog-slurmctld": False}
+
+
+def test_validate_options_hands_the_ranks_bin_dir_only_when_configured(tmp_path, capsys):
+    from slurm_snap.cli import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[paths]\nbarrier_dir = "{tmp_path}/b"\n')
+    assert main(["--config", str(cfg), "hook", "validate-options"]) == 0
+    assert "SLURM_SNAP_SLURM_BIN" not in capsys.readouterr().out
+    cfg.write_text(f'[paths]\nbarrier_dir = "{tmp_path}/b"\n[slurm]\nbin_dir = "/opt/slurm-24.11/bin"\n')
+    assert main(["--config", str(cfg), "hook", "validate-options"]) == 0
+    assert "SLURM_SNAP_SLURM_BIN=/opt/slurm-24.11/bin" in capsys.readouterr().out.splitlines()
+
+
+def test_a_relative_bin_dir_is_refused(tmp_path):
+    from slurm_snap.config import load
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[slurm]\nbin_dir = "opt/bin"\n')
+    with pytest.raises(errors.ConfigError, match="slurm.bin_dir"):
+        load(str(cfg))
+
+
+def test_rank_zeros_scontrol_comes_from_the_jobs_bin_dir(tmp_path, monkeypatch):
+    from slurm_snap.client import early
+
+    fake = tmp_path / "scontrol"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("SLURM_SNAP_SLURM_BIN", str(tmp_path))
+    assert early.scontrol() == str(fake)
