@@ -108,7 +108,7 @@ def job_from_json(text: str, job_id: int) -> JobInfo | None:
         if int(job.get("job_id", -1)) == int(job_id):
             return JobInfo(
                 job_id=int(job["job_id"]), user=str(job.get("user_name", "")), uid=int(job.get("user_id", -1)),
-                state=version.json_states(job.get("job_state", ""))[0],
+                state=version.json_state(job.get("job_state", "")),
                 restart_count=version.json_number(job.get("restart_cnt", 0)),
                 preempt_time=version.json_number(job.get("preempt_time", 0)), nodes=str(job.get("nodes", "")),
                 partition=str(job.get("partition", "")), batch_host=str(job.get("batch_host", "")),

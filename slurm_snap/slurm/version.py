@@ -82,6 +82,23 @@ def json_states(value) -> list[str]:
     return list(value) if isinstance(value, list) else [str(value)]
 
 
+# 22.05's job_state string names the first of these flags that is set, else
+# the base state; 24.11 lists the base state first, then the flags: a
+# preempted job in its epilogs is "COMPLETING" there and ["PENDING",
+# "COMPLETING"] here (measured).
+_FLAG_NAMES = ("COMPLETING", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+               "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING", "STAGE_OUT")
+
+
+def json_state(value) -> str:
+    """One state name with 22.05's meaning, from either version's job_state."""
+    states = json_states(value)
+    for flag in _FLAG_NAMES:
+        if flag in states:
+            return flag
+    return states[0] if states else ""
+
+
 def config_values(show_config: dict[str, str], key: str) -> list[str]:
     """A key's values in `scontrol show config`: 22.05 prints `Prolog = P`;
     24.11 takes several scripts per hook and prints `Prolog[0] = P`,

@@ -74,11 +74,11 @@ class Job:
 
     @classmethod
     def from_json(cls, j: dict) -> "Job":
-        from slurm_snap.slurm.version import json_number, json_states
+        from slurm_snap.slurm.version import json_number, json_state
 
         return cls(
-            # The base state: 24.11's list puts it first, before flags such as REQUEUED.
-            job_id=int(j["job_id"]), state=json_states(j.get("job_state", ""))[0], reason=str(j.get("state_reason", "")),
+            # 22.05's one name (24.11: ["PENDING", "COMPLETING"] reads "COMPLETING").
+            job_id=int(j["job_id"]), state=json_state(j.get("job_state", "")), reason=str(j.get("state_reason", "")),
             restart_count=json_number(j.get("restart_cnt", 0)), preempt_time=json_number(j.get("preempt_time", 0)),
             nodes=str(j.get("nodes", "")), partition=str(j.get("partition", "")), user=str(j.get("user_name", "")),
             raw=j,

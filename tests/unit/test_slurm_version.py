@@ -91,7 +91,7 @@ def test_doctor_checks_the_split_hook_timeouts_on_25_05():
 # One job as squeue --json prints it, trimmed to the keys slurm-snap reads.
 JOB_2205 = {"job_id": 7, "user_name": "alice", "user_id": 1000, "job_state": "COMPLETING", "restart_cnt": 1,
             "preempt_time": 1764680000, "nodes": "n[1-3]", "partition": "low", "batch_host": "n1"}
-JOB_2411 = {"job_id": 7, "user_name": "alice", "user_id": 1000, "job_state": ["COMPLETING", "REQUEUED"],
+JOB_2411 = {"job_id": 7, "user_name": "alice", "user_id": 1000, "job_state": ["PENDING", "COMPLETING"],
             "restart_cnt": 1, "preempt_time": {"set": True, "infinite": False, "number": 1764680000},
             "nodes": "n[1-3]", "partition": "low", "batch_host": "n1"}
 
@@ -100,6 +100,12 @@ JOB_2411 = {"job_id": 7, "user_name": "alice", "user_id": 1000, "job_state": ["C
 def test_a_preempted_jobs_record_reads_the_same_from_both_versions(job):
     info = commands.job_from_json(json.dumps({"jobs": [job]}), 7)
     assert (info.state, info.restart_count, info.preempt_time) == ("COMPLETING", 1, 1764680000)
+
+
+def test_states_read_with_2205s_meaning():
+    assert version.json_state(["RUNNING"]) == "RUNNING" and version.json_state("COMPLETING") == "COMPLETING"
+    assert version.json_state(["PENDING", "REQUEUED"]) == "REQUEUED"
+    assert version.json_state([]) == ""
 
 
 def test_unset_and_infinite_numbers_are_zero():
