@@ -55,7 +55,6 @@ def test_shell_and_python_write_the_same_slurm_conf_line(v):
 def test_prolog_epilog_timeout_split_in_25_05():
     assert SlurmVersion(24, 11).hook_timeout_keys == ("PrologEpilogTimeout",)
     assert SlurmVersion(25, 5).hook_timeout_keys == ("PrologTimeout", "EpilogTimeout")
-    assert not SlurmVersion(22, 5).has_prolog_run_in_job and SlurmVersion(24, 11).has_prolog_run_in_job
 
 
 def _signal_finding(slurm: dict[str, str]):
