@@ -12,6 +12,8 @@
 # slurm_snap/slurm/version.py; slurm_conf_version_lines below must agree with
 # its preempt_signal_setting (tests/unit/test_slurm_version.py checks both).
 
+# What the caller asked for ("" = nothing: a state dir's recorded choice wins).
+SLURM_SNAP_SLURM_ASKED=${SLURM_SNAP_SLURM:-}
 SLURM_SNAP_SLURM=${SLURM_SNAP_SLURM:-22.05}
 case $SLURM_SNAP_SLURM in
 22.05 | 24.11) ;;
@@ -163,22 +165,26 @@ fetch_from_debian() {
 	(cd "$SLURM_CACHE_DIR" && apt-get "${apt_opts[@]}" source --download-only --only-source "slurm-wlm=$SLURM_2411_DEBIAN" </dev/null >&2) || true
 }
 
-# A cluster keeps the version it was brought up with: `down` and `status` must
-# talk to its slurmctld with the same version's commands, whatever the caller's
-# SLURM_SNAP_SLURM says.
-record_slurm_choice() {
+# A cluster keeps the version it was brought up with: `up` again, `down` and
+# `status` must talk to its slurmctld with the same version's commands. An
+# explicit SLURM_SNAP_SLURM that disagrees with the state dir is refused.
+choose_slurm() {
 	local was=""
 	[ -r "$STATE/etc/slurm-version" ] && was=$(cat "$STATE/etc/slurm-version")
-	if [ -n "$was" ] && [ "$was" != "$SLURM_SNAP_SLURM" ]; then
-		die "$STATE was brought up with SLURM_SNAP_SLURM=$was (not $SLURM_SNAP_SLURM); run 'down' to change it"
+	if [ -n "$was" ] && [ -n "$SLURM_SNAP_SLURM_ASKED" ] && [ "$was" != "$SLURM_SNAP_SLURM_ASKED" ]; then
+		die "$STATE was brought up with SLURM_SNAP_SLURM=$was (not $SLURM_SNAP_SLURM_ASKED); run 'down' to change it"
 	fi
-	install -d -m 0755 "$STATE/etc"
-	printf '%s\n' "$SLURM_SNAP_SLURM" >"$STATE/etc/slurm-version"
+	SLURM_SNAP_SLURM=${was:-$SLURM_SNAP_SLURM}
 	slurm_install_paths
 }
 
+record_slurm_choice() {
+	install -d -m 0755 "$STATE/etc"
+	printf '%s\n' "$SLURM_SNAP_SLURM" >"$STATE/etc/slurm-version"
+}
+
 load_slurm_choice() {
-	[ -r "$STATE/etc/slurm-version" ] && SLURM_SNAP_SLURM=$(cat "$STATE/etc/slurm-version")
+	if [ -r "$STATE/etc/slurm-version" ]; then SLURM_SNAP_SLURM=$(cat "$STATE/etc/slurm-version"); fi
 	slurm_install_paths
 }
 
