@@ -184,3 +184,20 @@ def test_rank_zeros_scontrol_comes_from_the_jobs_bin_dir(tmp_path, monkeypatch):
     fake.chmod(0o755)
     monkeypatch.setenv("SLURM_SNAP_SLURM_BIN", str(tmp_path))
     assert early.scontrol() == str(fake)
+
+
+def _choose(state: Path, asked: str) -> subprocess.CompletedProcess:
+    script = ('log() { :; }; die() { echo "$*" >&2; exit 1; }; STATE=$1; source "$0"; choose_slurm; '
+              'echo "$SLURM_SNAP_SLURM $SLURM_BIN"')
+    return subprocess.run(["bash", "-c", script, str(LIB), str(state)], capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin", **({"SLURM_SNAP_SLURM": asked} if asked else {})})
+
+
+def test_a_state_dir_keeps_the_slurm_it_was_brought_up_with(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "slurm-version").write_text("24.11\n")
+    assert _choose(tmp_path, "").stdout.split() == ["24.11", "/opt/slurm-24.11/bin"]
+    assert _choose(tmp_path, "24.11").returncode == 0
+    refused = _choose(tmp_path, "22.05")
+    assert refused.returncode == 1 and "brought up with SLURM_SNAP_SLURM=24.11" in refused.stderr
+    assert _choose(tmp_path / "fresh", "").stdout.split() == ["22.05", "/usr/bin"]
