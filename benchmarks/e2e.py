@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import Row, Unavailable  # noqa: E402
 from inventory_helpers import sets_of_job  # noqa: E402
+from slurm_snap.slurm.version import json_number  # noqa: E402
 
 SBATCH = os.path.join(common.REPO, "examples", "train.sbatch")
 TRAIN_PY = os.path.join(common.REPO, "examples", "train.py")
@@ -98,7 +99,7 @@ def started_at(cl, job_id: int) -> float | None:
     job = cl.job(job_id)
     if job is None or job.state not in ("RUNNING", "COMPLETING", "COMPLETED"):
         return None
-    return float(job.raw.get("start_time") or 0) or None
+    return float(json_number(job.raw.get("start_time"))) or None
 
 
 def run_preemption(state: str, early: bool = True) -> dict:

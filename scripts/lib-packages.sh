@@ -49,10 +49,11 @@ ensure_packages() {
 		chmod 0755 /usr/sbin/policy-rc.d
 		created_policy=1
 	fi
-	# apt's lists are empty on a fresh machine; one update is enough.
-	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing </dev/null >"$STATE/log/apt.log" 2>&1; then
-		apt-get update </dev/null >>"$STATE/log/apt.log" 2>&1 || true
-		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing </dev/null >>"$STATE/log/apt.log" 2>&1 ||
+	# apt's lists are empty on a fresh machine; one update is enough. Another
+	# cluster or engineer may hold dpkg's lock for a while: wait for it.
+	if ! DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends $missing </dev/null >"$STATE/log/apt.log" 2>&1; then
+		apt-get -o DPkg::Lock::Timeout=600 update </dev/null >>"$STATE/log/apt.log" 2>&1 || true
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends $missing </dev/null >>"$STATE/log/apt.log" 2>&1 ||
 			{ [ -n "$created_policy" ] && rm -f /usr/sbin/policy-rc.d; tail -n 20 "$STATE/log/apt.log" >&2; die "apt-get install$missing failed (log: $STATE/log/apt.log)"; }
 	fi
 	[ -n "$created_policy" ] && rm -f /usr/sbin/policy-rc.d

@@ -115,8 +115,11 @@ MinJobAge=30
 # default (10000) counts finished jobs too, so it could not hold them.
 MaxJobCount=20000
 CONF
-		# What an admin merges from etc/, with this cluster's install paths.
-		sed -e "s|/usr/local/libexec/slurm-snap|$STATE/$LIBEXEC_REL|g" "$REPO/etc/slurm.conf.slurm-snap"
+		# What an admin merges from etc/, with this cluster's install paths and
+		# the spellings of the running Slurm's version (one place decides them).
+		sed -e "s|/usr/local/libexec/slurm-snap|$STATE/$LIBEXEC_REL|g" -e '/^SlurmctldParameters=preempt_send_user_signal$/d' \
+			-e '/^#PreemptParameters=send_user_signal$/d' "$REPO/etc/slurm.conf.slurm-snap"
+		slurm_conf_version_lines "$SLURM_SNAP_SLURM"
 		for n in $NODES; do
 			printf 'NodeName=%s NodeHostname=%s NodeAddr=%s CPUs=2 RealMemory=2000 State=UNKNOWN\n' \
 				"$n" "$me" "$(host_addr "$n")"
@@ -169,7 +172,7 @@ write_snap_config() {
 			if [ "$h" = ctl ] && [ -n "${SERVICE_LISTEN:-}" ]; then
 				printf '\n[service]\nlisten = "%s"\n' "$SERVICE_LISTEN"
 			fi
-		} | sed -e "s|@STATE@|$STATE|g" -e "s|@HOST@|$h|g" -e "s|@INVENTORY_URL@|$url|g" \
+		} | sed -e "s|@STATE@|$STATE|g" -e "s|@HOST@|$h|g" -e "s|@INVENTORY_URL@|$url|g" -e "s|@SLURM_BIN@|$SLURM_BIN|g" \
 			-e "s|@GRACE@|$GRACE_TIME|g" -e "s|^@SSH_ADDRESSES@\$|${addresses%\\n}|" >"$dest.new"
 		# A database password makes the file root's alone. Login's must stay
 		# readable: sbatch runs the option check there as the submitting user.
@@ -186,7 +189,9 @@ write_snap_config() {
 install_slurm_snap() {
 	local f name ctl_conf
 	slurm_paths
-	make -s -C "$REPO/spank" BUILDDIR="$STATE/build/spank" PLUGINDIR="$STATE/$PLUGIN_DIR_REL" install \
+	# Against the chosen Slurm's headers (SLURM_INCLUDE, lib-slurm-version.sh).
+	make -s -C "$REPO/spank" BUILDDIR="$STATE/build/spank" PLUGINDIR="$STATE/$PLUGIN_DIR_REL" \
+		SLURM_INCLUDE="$SLURM_INCLUDE" install \
 		>"$STATE/log/spank-build.log" 2>&1 || { cat "$STATE/log/spank-build.log" >&2; die "building the SPANK plugin failed"; }
 	sed -e "s|/usr/local/lib/slurm-snap/|$STATE/$PLUGIN_DIR_REL/|" -e "s|helper=[^ ]*|helper=$HELPER|" \
 		-e "s|config=[^ ]*|config=$SNAP_CONFIG|" \
@@ -233,6 +238,8 @@ SLURM_SNAP_CONFIG=$SNAP_CONFIG
 SLURM_SNAP_STATE=$STATE
 SLURM_SNAP_HELPER=$HELPER
 SLURM_SNAP_PYTHON=$PYTHON
+SLURM_SNAP_SLURM=$SLURM_SNAP_SLURM
+SLURM_SNAP_SLURM_BIN=$SLURM_BIN
 SLURM_SNAP_LAYOUT=multi-host
 SLURM_SNAP_HOSTS=$(echo $HOSTS | tr ' ' ,)
 SLURM_SNAP_NODES=$(echo $NODES | tr ' ' ,)
@@ -265,7 +272,7 @@ ENV
 slurm_on() {
 	local h=$1
 	shift
-	on_host "$h" SLURM_CONF="$SLURM_CONF" "$@"
+	on_host "$h" SLURM_CONF="$SLURM_CONF" PATH="$SLURM_BIN:/usr/sbin:/usr/bin:/sbin:/bin" "$@"
 }
 
 daemons_all_up() {
@@ -282,13 +289,13 @@ start_slurm() {
 	slurm_paths
 	install -d -m 0700 "$STATE/hosts/ctl/state"
 	if ! pid_from_file "$CTLD_PID" slurmctld >/dev/null; then
-		spawn_on ctl "$STATE/hosts/ctl/log/slurmctld.out" /usr/sbin/slurmctld -f "$SLURM_CONF" ||
+		spawn_on ctl "$STATE/hosts/ctl/log/slurmctld.out" "$SLURM_SBIN/slurmctld" -f "$SLURM_CONF" ||
 			die "slurmctld failed: $(tail -n 20 "$STATE/hosts/ctl/log/slurmctld.log" 2>/dev/null)"
 	fi
 	for n in $NODES; do
 		install -d -m 0755 "$STATE/hosts/$n/spool/slurmd"
 		if ! pid_from_file "$(slurmd_pidfile "$n")" slurmd >/dev/null; then
-			spawn_on "$n" "$STATE/hosts/$n/log/slurmd.out" /usr/sbin/slurmd -f "$SLURM_CONF" -N "$n" ||
+			spawn_on "$n" "$STATE/hosts/$n/log/slurmd.out" "$SLURM_SBIN/slurmd" -f "$SLURM_CONF" -N "$n" ||
 				die "slurmd $n failed: $(tail -n 20 "$STATE/hosts/$n/log/slurmd.log" 2>/dev/null)"
 		fi
 	done

@@ -177,6 +177,10 @@ class SlurmConfig:
     # elsewhere, cannot see the job (EpilogSlurmctld then misses every
     # preemption). "" = SLURM_CONF if the environment has it, else the default.
     conf: str = ""
+    # Where Slurm's client commands are, when not in /usr/bin (a Slurm built
+    # under its own prefix, e.g. /opt/slurm-24.11/bin): hooks get no PATH, and
+    # another version's squeue in /usr/bin would be refused by slurmctld.
+    bin_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -394,6 +398,8 @@ def _check_semantics(cfg: Config) -> None:
             raise ConfigError(path=p, key=f"timeouts.{name}", why="must be positive")
     if cfg.slurm.conf and (not os.path.isabs(cfg.slurm.conf) or ".." in cfg.slurm.conf.split("/")):
         raise ConfigError(path=p, key="slurm.conf", why=f"{cfg.slurm.conf!r} is not a clean absolute path")
+    if cfg.slurm.bin_dir and (not os.path.isabs(cfg.slurm.bin_dir) or ".." in cfg.slurm.bin_dir.split("/")):
+        raise ConfigError(path=p, key="slurm.bin_dir", why=f"{cfg.slurm.bin_dir!r} is not a clean absolute path")
     for key in ("barrier_dir", "restore_root", "log_dir"):
         if not os.path.isabs(getattr(cfg.paths, key)):
             raise ConfigError(path=p, key=f"paths.{key}", why=f"{getattr(cfg.paths, key)!r} is not absolute")

@@ -14,6 +14,8 @@ from .config import Config
 from .slurm import clifilter, hooknames
 from .slurm.commands import DEFAULT_SLURM_CONF
 from .slurm.duration import slurm_seconds
+from .slurm.version import OLDEST, SlurmVersion, config_values
+from .errors import ConfigError
 from . import states as S
 
 
@@ -39,14 +41,15 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
                        "add PrologFlags=Alloc to slurm.conf (without it the Prolog runs only where a step lands)"))
     for key in hooknames.ENTRY_POINTS:
         name = hooknames.entry_point_name(key)
-        val = slurm.get(key, "")
-        out.append(Finding(name in val, f"{key} runs {name}",
+        vals = config_values(slurm, key)
+        out.append(Finding(any(name in v for v in vals), f"{key} runs {name}",
                            f"set {key}=/path/to/{name} in slurm.conf (etc/slurm.conf.slurm-snap)"))
-    params = slurm.get("SlurmctldParameters", "") + "," + slurm.get("PreemptParameters", "")
-    out.append(Finding("preempt_send_user_signal" in params or "send_user_signal" in params,
-                       "the user's signal is sent at preemption",
-                       "22.05: SlurmctldParameters=preempt_send_user_signal; 23.02+: "
-                       "PreemptParameters=send_user_signal (otherwise ranks get SIGTERM, not the checkpoint signal)"))
+    version = running_version(slurm)
+    key, value = version.preempt_signal_setting
+    out.append(Finding(value in _items(slurm.get(key, "")),
+                       f"the user's signal is sent at preemption ({key}={value}, Slurm {version})",
+                       f"add {key}={value} to slurm.conf (the spelling of Slurm {version.major}.{version.minor:02d}; "
+                       "otherwise ranks get SIGTERM, not the checkpoint signal)"))
     cli = slurm.get("CliFilterPlugins", "").lower()
     js = slurm.get("JobSubmitPlugins", "").lower()
     out.append(Finding("lua" in cli or "slurm_snap" in js,
@@ -82,12 +85,27 @@ def check_slurm(cfg: Config, slurm: dict[str, str], partitions: list[dict[str, s
                            f"partition {name}: GraceTime {grace} s fits checkpoint + barrier ({need:g} s)",
                            f"raise GraceTime of {name} to at least {int(need) + 1} s, or lower "
                            f"timeouts.barrier in {cfg.path}"))
-    pet = slurm_seconds(slurm.get("PrologEpilogTimeout"))
-    if pet:
-        out.append(Finding(cfg.timeouts.hook_budget < pet,
-                           f"hook budget {cfg.timeouts.hook_budget:g} s is under PrologEpilogTimeout {pet} s",
-                           f"lower timeouts.hook_budget in {cfg.path} below {pet} s"))
+    for key in version.hook_timeout_keys:
+        pet = slurm_seconds(slurm.get(key))
+        if pet:
+            out.append(Finding(cfg.timeouts.hook_budget < pet,
+                               f"hook budget {cfg.timeouts.hook_budget:g} s is under {key} {pet} s",
+                               f"lower timeouts.hook_budget in {cfg.path} below {pet} s"))
     return out
+
+
+def running_version(slurm: dict[str, str]) -> SlurmVersion:
+    """The version slurmctld reports (SLURM_VERSION in `scontrol show
+    config`); without one, the oldest supported."""
+    try:
+        return SlurmVersion.parse(slurm["SLURM_VERSION"])
+    except (KeyError, ConfigError):
+        return OLDEST
+
+
+def _items(value: str) -> list[str]:
+    # "preempt_send_user_signal" must not satisfy a check for "send_user_signal".
+    return [v.strip() for v in value.split(",")]
 
 
 # GraceTime must hold the slowest checkpoint seen with room for the model to

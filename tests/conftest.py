@@ -19,10 +19,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from realcomponents import in_ci, mariadb_url, pg_url, require  # noqa: E402,F401
 
 
+_TEST_RUN_CHOICES = frozenset({"SLURM_SNAP_SLURM", "SLURM_SNAP_VENV"})
+
+
 @pytest.fixture(autouse=True)
 def _scrub_env(monkeypatch):
-    """Tests must not pick up the developer's or the CI host's slurm-snap settings."""
+    """Tests must not pick up the developer's or the CI host's slurm-snap settings.
+    Kept: which Slurm and which venv this test run's dev clusters use (read by
+    scripts/dev-cluster, not by slurm_snap): a cluster a test starts itself
+    must run the same ones as the session's."""
     for key in list(os.environ):
+        if key in _TEST_RUN_CHOICES:
+            continue
         if key.startswith(("SLURM_SNAP_", "SPANK_")) and not key.startswith("SLURM_SNAP_TEST_"):
             monkeypatch.delenv(key, raising=False)
 

@@ -30,9 +30,10 @@ class Ctx:
     def config(self) -> config_mod.Config:
         if self._config is None:
             self._config = config_mod.load(self.config_path)
-            from ..slurm.commands import adopt_conf
+            from ..slurm.commands import adopt_bin_dir, adopt_conf
 
             adopt_conf(self._config.slurm.conf)
+            adopt_bin_dir(self._config.slurm.bin_dir)
         return self._config
 
     @property

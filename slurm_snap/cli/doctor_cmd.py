@@ -8,6 +8,7 @@ import click
 
 from .. import doctor, errors
 from ..slurm import commands, hooknames
+from ..slurm.version import config_values
 
 
 @click.command("doctor")
@@ -75,9 +76,10 @@ def _slurm_checks(ctx, cfg, slurm, parts):
         findings += doctor.check_cli_filter(cfg, path, _read(path))
     if not cfg.via_service:
         findings += _grace_observed(ctx, cfg, parts)
-    entry = slurm.get("PrologSlurmctld", "").split()
-    if entry and hooknames.entry_point_name("PrologSlurmctld") in entry[0]:
-        findings += doctor.check_entry_point(cfg, entry[0], _read(entry[0]))
+    for value in config_values(slurm, "PrologSlurmctld"):
+        entry = value.split()
+        if entry and hooknames.entry_point_name("PrologSlurmctld") in entry[0]:
+            findings += doctor.check_entry_point(cfg, entry[0], _read(entry[0]))
     return findings
 
 

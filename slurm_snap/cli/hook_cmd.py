@@ -46,6 +46,9 @@ def validate_options(ctx, volumes, consistency, resume_cmd, every):
     click.echo(f"SLURM_SNAP_SIGNAL={ctx.config.protocol.checkpoint_signal}")
     click.echo(f"SLURM_SNAP_EARLY_RELEASE={int(ctx.config.protocol.early_release)}")
     click.echo(f"SLURM_SNAP_CLASSES={','.join(sorted({d.vc.name for d in declared}))}")
+    if ctx.config.slurm.bin_dir:
+        # Rank 0's early release runs scontrol: the site's, not another version's in /usr/bin.
+        click.echo(f"SLURM_SNAP_SLURM_BIN={ctx.config.slurm.bin_dir}")
 
 
 def _make(name):

@@ -45,7 +45,11 @@ SCONTROL_TIMEOUT = 20.0
 
 
 def scontrol() -> str | None:
-    for d in _BIN_DIRS:
+    # SLURM_SNAP_SLURM_BIN: [slurm] bin_dir, which the SPANK plugin puts in the
+    # job's environment (a Slurm under its own prefix, e.g. /opt/slurm-24.11/bin,
+    # beside another version's /usr/bin/scontrol, which cannot read its slurm.conf).
+    first = os.environ.get("SLURM_SNAP_SLURM_BIN", "")
+    for d in ((first,) if os.path.isabs(first) else ()) + _BIN_DIRS:
         path = os.path.join(d, "scontrol")
         if os.access(path, os.X_OK):
             return path

@@ -39,9 +39,10 @@ def run_named(config_path: str | None, name: str) -> int:
     except errors.SnapError as exc:  # no config: still never drain the node
         print(f"slurm-snap: {name}: {exc} (policy open)", file=sys.stderr)
         return 0
-    from ..slurm.commands import adopt_conf
+    from ..slurm.commands import adopt_bin_dir, adopt_conf
 
     adopt_conf(cfg.slurm.conf)
+    adopt_bin_dir(cfg.slurm.bin_dir)
     state = {"job": None, "inv": None}
 
     def body():

@@ -11,13 +11,15 @@ do), report shows it, and restore/resume do not rely on it.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Callable
 
 from ..clock import utcnow
 from ..errors import SnapError
 from .. import states as S
+# repair imports this module only inside repair(): no cycle. One action type for
+# everything repair reports, so its CLI prints and serialises them alike.
+from .repair import RepairAction
 
 _LOST_STATES = ("down", "drain", "fail")
 
@@ -33,25 +35,8 @@ def lost_from_slurm(states: dict[str, tuple[str, str]], pattern: str) -> dict[st
     return lost
 
 
-@dataclasses.dataclass
-class LossAction:
-    set_id: int
-    job_id: int
-    old_state: str
-    new_state: str
-    why: str
-    reason: str = ""
-    orphans: list = dataclasses.field(default_factory=list)
-    errors: list = dataclasses.field(default_factory=list)
-    dry_run: bool = False
-    acted: bool = True
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
 def check(cfg, inventory, *, node_states: dict[str, tuple[str, str]] | None = None, probe: bool | None = None,
-          backend_on: Callable | None = None, dry_run: bool = False, clock=utcnow) -> tuple[list[LossAction], list[str]]:
+          backend_on: Callable | None = None, dry_run: bool = False, clock=utcnow) -> tuple[list[RepairAction], list[str]]:
     """Find lost node-local parts of restorable sets and label what they
     cost. Returns (one action per set that changed or would, errors)."""
     errors: list[str] = []
@@ -118,7 +103,7 @@ def check(cfg, inventory, *, node_states: dict[str, tuple[str, str]] | None = No
                           for pid, why in sorted(lost_parts.items()) if pid in survivors)
         if not reason and not saved:
             saved = "copies on " + ", ".join(sorted({n for _c, _p, n in copies if n in lost_nodes})) + " lost"
-        action = LossAction(set_id=set_id, job_id=job_id, old_state=state, new_state=new_state,
+        action = RepairAction(set_id=set_id, job_id=job_id, old_state=state, new_state=new_state,
                             why="node-local part lost", reason=reason or saved, dry_run=dry_run)
         if not dry_run:
             with inventory.session() as repo:

@@ -32,11 +32,9 @@ import time
 import slurm_snap
 
 from .. import errors
+from ..slurm.commands import tool
 from .runner import Credentials, RunResult
 
-SBATCH = "/usr/bin/sbatch"
-SQUEUE = "/usr/bin/squeue"
-SCANCEL = "/usr/bin/scancel"
 SPEC = "spec.json"
 RESULT = "result.json"
 SCRIPT = "drill.sh"
@@ -84,7 +82,7 @@ class SlurmSubmitter:
         script = f"#!/bin/sh\nexec {_q(self.python)} -m slurm_snap.restore.injob {_q(os.path.join(marker_dir, SPEC))}\n"
         _write_owned(os.path.join(marker_dir, SCRIPT), script.encode(), creds, 0o700)
         minutes = max(1, math.ceil((deadline + 60) / 60))
-        cmd = [SBATCH, "--parsable", f"--job-name={job_name}", f"--time={minutes}", f"--chdir={marker_dir}",
+        cmd = [tool("sbatch"), "--parsable", f"--job-name={job_name}", f"--time={minutes}", f"--chdir={marker_dir}",
                f"--output={os.path.join(marker_dir, 'slurm-%j.out')}"]
         if nodes:
             cmd += [f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}", "--ntasks-per-node=1"]
@@ -104,7 +102,7 @@ class SlurmSubmitter:
     def job_state(self, job_id: int, owner=None) -> str | None:
         """The job's state while squeue knows it, else None."""
         env = self._slurm_env(owner) if owner is not None else _root_env()
-        res = self._run([SQUEUE, "-h", "-j", str(job_id), "-o", "%T"], env)
+        res = self._run([tool("squeue"), "-h", "-j", str(job_id), "-o", "%T"], env)
         text = res.stdout.decode(errors="replace").strip()
         if res.returncode != 0:
             err = res.stderr.decode(errors="replace").strip()
@@ -118,7 +116,7 @@ class SlurmSubmitter:
 
     def cancel(self, job_id: int) -> None:
         try:
-            self._run([SCANCEL, str(job_id)], _root_env())
+            self._run([tool("scancel"), str(job_id)], _root_env())
         except errors.SnapError:
             pass  # best effort: the job's own --time ends it anyway
 

@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass
 
 from ..errors import CommandFailed, NotFound, Timeout, ToolMissing
+from . import version
 
 _BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
 _SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -27,6 +28,15 @@ def adopt_conf(conf: str) -> None:
         os.environ["SLURM_CONF"] = conf
 
 
+def adopt_bin_dir(bin_dir: str) -> None:
+    """Look for Slurm's commands in `bin_dir` first ([slurm] bin_dir): a Slurm
+    installed under its own prefix (/opt/slurm-24.11/bin beside Debian's
+    22.05 in /usr/bin) must not be answered by the other version's client,
+    which the controller refuses. The environment carries it to child helpers."""
+    if bin_dir and not os.environ.get("SLURM_SNAP_SLURM_BIN"):
+        os.environ["SLURM_SNAP_SLURM_BIN"] = bin_dir
+
+
 def effective_conf() -> str:
     return os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF
 
@@ -35,7 +45,8 @@ def tool(name: str) -> str:
     override = os.environ.get(f"SLURM_SNAP_{name.upper()}")
     if override:
         return override
-    for d in _BIN_DIRS:
+    first = os.environ.get("SLURM_SNAP_SLURM_BIN", "")
+    for d in ((first,) if os.path.isabs(first) else ()) + _BIN_DIRS:
         p = os.path.join(d, name)
         if os.access(p, os.X_OK):
             return p
@@ -75,34 +86,50 @@ class JobInfo:
 
 
 def squeue_job(job_id: int, timeout: float = 10.0) -> JobInfo:
-    """The job's current record. 22.05 ignores -j with --json, so filter here."""
-    out = run([tool("squeue"), "--json"], timeout=timeout)
-    for job in json.loads(out).get("jobs", []):
+    """The job's current record. -j is given always: 24.11 answers with that
+    job alone, 22.05 ignores it with --json and prints every job (measured),
+    so the job is picked out here either way."""
+    argv = [tool("squeue"), "--json", "-j", str(int(job_id))]
+    try:
+        out = run(argv, timeout=timeout)
+    except CommandFailed as exc:
+        # 24.11 with -j on a job slurmctld has forgotten: exit 1, "Invalid job id".
+        if "Invalid job id" in exc.kwargs.get("stderr", ""):
+            raise NotFound(what="Slurm job", value=str(job_id)) from None
+        raise
+    info = job_from_json(out, job_id)
+    if info is None:
+        raise NotFound(what="Slurm job", value=str(job_id))
+    return info
+
+
+def job_from_json(text: str, job_id: int) -> JobInfo | None:
+    for job in json.loads(text).get("jobs", []):
         if int(job.get("job_id", -1)) == int(job_id):
             return JobInfo(
                 job_id=int(job["job_id"]), user=str(job.get("user_name", "")), uid=int(job.get("user_id", -1)),
-                state=str(job.get("job_state", "")), restart_count=int(job.get("restart_cnt", 0) or 0),
-                preempt_time=int(job.get("preempt_time", 0) or 0), nodes=str(job.get("nodes", "")),
+                state=version.json_state(job.get("job_state", "")),
+                restart_count=version.json_number(job.get("restart_cnt", 0)),
+                preempt_time=version.json_number(job.get("preempt_time", 0)), nodes=str(job.get("nodes", "")),
                 partition=str(job.get("partition", "")), batch_host=str(job.get("batch_host", "")),
             )
-    raise NotFound(what="Slurm job", value=str(job_id))
+    return None
 
 
 def running_jobs(timeout: float = 10.0) -> dict[int, int]:
     """Job id -> restart count of every RUNNING job, from one squeue call
     (the schedule runner's one question to Slurm per pass)."""
-    out = run([tool("squeue"), "--json"], timeout=timeout)
+    # As -j above: 22.05 ignores -t with --json, 24.11 honours it; the state
+    # is checked here either way.
+    out = run([tool("squeue"), "--json", "-t", "RUNNING"], timeout=timeout)
     return running_from_json(out)
 
 
 def running_from_json(text: str) -> dict[int, int]:
     running = {}
     for job in json.loads(text).get("jobs", []):
-        state = job.get("job_state", "")
-        # 22.05 prints a string; 23.02 and later a list of flags.
-        states = state if isinstance(state, list) else [state]
-        if "RUNNING" in states:
-            running[int(job["job_id"])] = int(job.get("restart_cnt", 0) or 0)
+        if "RUNNING" in version.json_states(job.get("job_state", "")):
+            running[int(job["job_id"])] = version.json_number(job.get("restart_cnt", 0))
     return running
 
 

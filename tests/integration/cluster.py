@@ -2,7 +2,9 @@
 test user, wait for job states, preempt, read hook logs.
 
 Slurm 22.05 ignores -j/-u/-t filters together with --json, so every query
-reads the whole `squeue --json` and filters here.
+reads the whole `squeue --json` and filters here (on either version: the
+cluster's few jobs cost nothing). Numbers and states are read through
+slurm_snap.slurm.version, which knows 22.05's and 24.11's JSON shapes.
 """
 from __future__ import annotations
 
@@ -72,9 +74,12 @@ class Job:
 
     @classmethod
     def from_json(cls, j: dict) -> "Job":
+        from slurm_snap.slurm.version import json_number, json_state
+
         return cls(
-            job_id=int(j["job_id"]), state=str(j.get("job_state", "")), reason=str(j.get("state_reason", "")),
-            restart_count=int(j.get("restart_cnt", 0) or 0), preempt_time=int(j.get("preempt_time", 0) or 0),
+            # 22.05's one name (24.11: ["PENDING", "COMPLETING"] reads "COMPLETING").
+            job_id=int(j["job_id"]), state=json_state(j.get("job_state", "")), reason=str(j.get("state_reason", "")),
+            restart_count=json_number(j.get("restart_cnt", 0)), preempt_time=json_number(j.get("preempt_time", 0)),
             nodes=str(j.get("nodes", "")), partition=str(j.get("partition", "")), user=str(j.get("user_name", "")),
             raw=j,
         )
@@ -199,8 +204,19 @@ class Cluster:
     def host_argv(self, host: str) -> list[str]:
         return ["/usr/bin/nsenter", f"--net={self.netns(host)}", f"--mount={self.mntns(host)}", "--"]
 
+    @property
+    def slurm_bin(self) -> str:
+        """The cluster's Slurm commands (SLURM_SNAP_SLURM at `up`): first in PATH."""
+        return self.env.get("SLURM_SNAP_SLURM_BIN", "/usr/bin")
+
+    @property
+    def slurm_version(self) -> str:
+        return self.env.get("SLURM_SNAP_SLURM", "22.05")
+
     def client_env(self, user: str | None = None, **extra: str) -> dict[str, str]:
-        env = {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "SLURM_CONF": self.slurm_conf}
+        env = {"PATH": f"{self.slurm_bin}:{SYSTEM_PATH}", "LANG": "C.UTF-8", "SLURM_CONF": self.slurm_conf,
+               # slurm_snap's commands.tool() looks here first (as [slurm] bin_dir does).
+               "SLURM_SNAP_SLURM_BIN": self.slurm_bin}
         if user:
             env.update(HOME=f"/home/{user}", USER=user, LOGNAME=user)
         env.update(extra)
@@ -228,7 +244,8 @@ class Cluster:
         """fn(*args, **kwargs) in a child process inside `host`'s network and mount
         namespaces (e.g. the inventory on ctl, a node's own scratch); returns its
         result, re-raises its exception. Nothing of the child's is shared back."""
-        return run_in_namespaces([self.netns(host), self.mntns(host)], fn, args, kwargs, timeout)
+        return run_in_namespaces([self.netns(host), self.mntns(host)], _with_slurm_bin,
+                                 (self.slurm_bin, fn, args, kwargs), None, timeout)
 
     def inventory(self, fn, *args, **kwargs):
         """fn(repo, *args) in one inventory session on ctl (the inventory exists only there)."""
@@ -367,6 +384,12 @@ def _setns(path: str, nstype: int) -> None:
             raise OSError(err, f"setns({path}): {os.strerror(err)}")
     finally:
         os.close(fd)
+
+
+def _with_slurm_bin(slurm_bin: str, fn, args, kwargs):
+    # In the forked child only: slurm_snap there must run this cluster's Slurm.
+    os.environ["SLURM_SNAP_SLURM_BIN"] = slurm_bin
+    return fn(*args, **kwargs)
 
 
 def run_in_namespaces(ns_files: list[str], fn, args=(), kwargs=None, timeout: float = 600):

@@ -22,6 +22,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster import Cluster, default_inventory, new_state_dir, remove_state_dir, start_cluster  # noqa: E402
 
 
+def pytest_collection_modifyitems(items):
+    """Every test on the dev cluster's Slurm is marked `slurm`: the subset CI
+    runs on the second Slurm version (scripts/test with SLURM_SNAP_SLURM=24.11).
+    The 4-node cluster's tests (node-local parts moved between nodes) are not:
+    what they exercise above Slurm does not change with its version."""
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm)
+
+
 def _session_cluster(*extra: str):
     state = new_state_dir()
     started = None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_snap.slurm.version import json_number
 from test_lockstep_cluster import SRUN, _one_point, _preempt_sets, _start, _text, _wait
 
 pytestmark = pytest.mark.integration
@@ -28,7 +29,7 @@ def _started(cluster, jid: int) -> float | None:
     job = cluster.job(jid)
     if job is None or job.state not in ("RUNNING", "COMPLETED", "COMPLETING"):
         return None
-    return float(job.raw.get("start_time") or 0) or None
+    return float(json_number(job.raw.get("start_time"))) or None
 
 
 def _release(repo, set_id: int):

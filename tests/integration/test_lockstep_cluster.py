@@ -32,7 +32,7 @@ SRUN = """#!/bin/bash
 srun {python} {train} --steps 100000 --step-time 0.25 --release-timeout 60 {extra}
 """
 TORCHRUN = """#!/bin/bash
-MASTER=$(/usr/bin/scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 srun /bin/bash -c "exec {python} -m slurm_snap.client.launch {python} -m torch.distributed.run \\
     --nnodes=\\$SLURM_NNODES --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint=$MASTER:29400 \\
     --rdzv-id=\\$SLURM_JOB_ID-\\${{SLURM_RESTART_COUNT:-0}} --local-addr=\\$SLURMD_NODENAME \\

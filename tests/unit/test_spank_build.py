@@ -59,3 +59,30 @@ def test_a_copy_alone_without_helper_or_version_is_refused_saying_what_to_give(a
     r = make(alone, "HELPER=/nonexistent/slurm-snap", "VERSION=9.9.9", f"BUILDDIR={tmp_path}/b", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert b"9.9.9" in (tmp_path / "b/slurm_snap.so").read_bytes()
+
+
+def _chosen_slurm_include() -> tuple[str, str]:
+    """(version, include dir) of the Slurm this test run chose (SLURM_SNAP_SLURM),
+    as scripts/lib-slurm-version.sh, the one place that knows, says."""
+    lib = SPANK.parent / "scripts" / "lib-slurm-version.sh"
+    out = subprocess.run(["bash", "-c", 'source "$0"; slurm_install_paths; echo "$SLURM_SNAP_SLURM $SLURM_INCLUDE"',
+                          str(lib)], capture_output=True, text=True, timeout=30, check=True,
+                         env={"PATH": "/usr/bin:/bin", "SLURM_SNAP_SLURM": os.environ.get("SLURM_SNAP_SLURM", "")})
+    version, include = out.stdout.split()
+    return version, include
+
+
+@pytest.mark.slurm
+def test_the_plugin_builds_without_warnings_against_the_chosen_slurms_headers(tmp_path):
+    """Each supported Slurm's spank.h (22.05: Debian's libslurm-dev; 24.11:
+    /opt/slurm-24.11/include) compiles the plugin with -Werror on top of the
+    Makefile's warnings; CI runs this once per version."""
+    version, include = _chosen_slurm_include()
+    require(shutil.which("cc") is not None and os.path.exists(f"{include}/slurm/spank.h"),
+            f"cc or {include}/slurm/spank.h missing (Slurm {version}: scripts/dev-cluster up installs it)")
+    env = {**os.environ, "CFLAGS": "-O2 -g -Werror"}  # the environment's CFLAGS keeps the Makefile's += warnings
+    r = subprocess.run(["make", "-C", str(SPANK), f"BUILDDIR={tmp_path}/b", f"SLURM_INCLUDE={include}"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr.lower(), r.stderr
+    assert "-Wall" in r.stdout and ("-I" + include in r.stdout) == (include != "/usr/include")
