@@ -15,8 +15,11 @@ scrontab line: etc/slurm-snap-schedule.*, etc/README.md §9).
        set), at most schedule.drills at once, as the job's user with the
        resume command it recorded;
     5. with [restore] partner_copies, copy node-local parts of restorable
-       sets to their partner node (protocol.partner), after the cut and
-       outside its critical path.
+       sets to their partner node (protocol.partner), outside the cut's
+       critical path, before this pass's drills start: a set with node-local
+       parts is then drilled on nodes that cut none of it (restore.drill
+       Placement), each part brought from its partner copy when there is
+       one, so the drill proves what a requeue after a node's loss needs.
 
 A set is due when its run's newest set (of any trigger: a preemption set or
 a manual one counts) was requested `every` seconds ago, or the run started
@@ -31,6 +34,7 @@ import datetime as dt
 import logging
 import threading
 import time
+import concurrent.futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -137,7 +141,14 @@ class Runner:
     def _drill(self, c: DrillCandidate) -> Drilled:
         from .restore.drill import Drill
 
-        out = Drill(self.cfg, self.inv).run(f"set:{c.set_id}")
+        if self.cfg.restore.partner_copies:
+            from .restore.drill import Placement
+            from .restore.submit import SlurmSubmitter
+
+            out = Drill(self.cfg, self.inv, submitter=SlurmSubmitter(self.cfg)).run(
+                f"set:{c.set_id}", placement=Placement(prefer_copies=True, only_node_local=True))
+        else:
+            out = Drill(self.cfg, self.inv).run(f"set:{c.set_id}")
         return Drilled(set_id=c.set_id, job_id=c.job_id, passed=out.passed, reason=out.reason,
                        time_to_first_step=out.time_to_first_step)
 
@@ -161,9 +172,22 @@ class Runner:
         # A job about to be signalled is not drilled in the same pass: its
         # newest set is the one to prove, next pass.
         candidates = [c for c in candidates if c.job_id not in due_jobs]
+        partners = None
         with ThreadPoolExecutor(max_workers=self.cfg.schedule.concurrency, thread_name_prefix="snap") as snaps, \
-                ThreadPoolExecutor(max_workers=max(1, self.cfg.schedule.drills), thread_name_prefix="drill") as drills:
-            drill_futures = [drills.submit(self._one_drill, c) for c in candidates]
+                ThreadPoolExecutor(max_workers=max(1, self.cfg.schedule.drills), thread_name_prefix="drill") as drills, \
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="partner") as partner_pool:
+            if self.cfg.restore.partner_copies:
+                # Copies first, drills after them: a drill then brings a part
+                # from its partner copy and so proves that copy restores.
+                partners = partner_pool.submit(self._partners)
+
+            def drill_after_partners(c: DrillCandidate) -> Drilled:
+                if partners is not None:
+                    # Done either way; its outcome is reported with the pass, not per drill.
+                    concurrent.futures.wait([partners])
+                return self._one_drill(c)
+
+            drill_futures = [drills.submit(drill_after_partners, c) for c in candidates]
             snap_futures = []
             gate = threading.Semaphore(self.cfg.schedule.concurrency)
             for i, d in enumerate(report.due):
@@ -175,8 +199,8 @@ class Runner:
                 snap_futures.append(snaps.submit(self._one_snapshot, d, gate))
             report.taken = [f.result() for f in snap_futures]
             report.drills = [f.result() for f in drill_futures]
-        if self.cfg.restore.partner_copies:
-            report.partners = self._partners()
+            if partners is not None:
+                report.partners = partners.result()
         report.seconds = time.monotonic() - t0
         return report
 

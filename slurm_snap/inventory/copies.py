@@ -43,6 +43,14 @@ class CopyQueries:
     def set_copy_state(self, copy_id: int, state: str, error: str = "") -> None:
         self.s.execute(update(PartCopy).where(PartCopy.id == copy_id).values(state=state, error=error))
 
+    def mark_copy_deleted(self, set_id: int, *, node: str, ref: str, purpose: str) -> int:
+        """The OK copy of `ref` that `purpose` put on `node` is gone (a drill's,
+        removed when the drill ended): it must no longer count as held."""
+        res = self.s.execute(update(PartCopy).where(PartCopy.set_id == set_id, PartCopy.node == node,
+                                                    PartCopy.ref == ref, PartCopy.purpose == purpose,
+                                                    PartCopy.state == "OK").values(state="DELETED"))
+        return res.rowcount or 0
+
     def mark_copies_lost(self, node: str, why: str) -> int:
         """Every OK copy on `node` is gone with it."""
         res = self.s.execute(update(PartCopy).where(PartCopy.node == node, PartCopy.state == "OK")

@@ -213,7 +213,7 @@ class PartCopy(Base):
     node: Mapped[str64]
     ref: Mapped[path_t]
     path: Mapped[path_t] = mapped_column(default="")
-    purpose: Mapped[str] = mapped_column(String(16))     # restore | partner
+    purpose: Mapped[str] = mapped_column(String(16))     # restore | partner | drill
     # The run whose Prolog asked (restore); None for partner copies.
     for_restart: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
     ranks: Mapped[list[Any]] = mapped_column(JSON, default=list)
@@ -221,7 +221,7 @@ class PartCopy(Base):
     method: Mapped[str] = mapped_column(String(24), default="")   # send, send-incremental, copy, present
     bytes: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
     seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
-    state: Mapped[str] = mapped_column(String(16), default="OK")  # OK, FAILED, LOST
+    state: Mapped[str] = mapped_column(String(16), default="OK")  # OK, FAILED, LOST, DELETED
     error: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[utc]
 

@@ -154,7 +154,9 @@ def from_json(cls, data: dict):
 class CopyRecord:
     """A node-local part put on another node (or the attempt that failed):
     one row of part_copy. `purpose` is "restore" (brought to where a requeued
-    run's ranks now are) or "partner" (a second copy against a node's loss)."""
+    run's ranks now are), "partner" (a second copy against a node's loss) or
+    "drill" (brought to where a drill placed on other nodes runs the rank;
+    deleted, and marked DELETED, when the drill ends)."""
 
     snapshot_id: int
     node: str

@@ -65,10 +65,13 @@ def place_ranks(old_nodes: list[str], new_nodes: list[str], rank_old: dict[int, 
 
 
 def plan(parts: list[PartView], rank_old: dict[int, str], rank_new: dict[int, str | None],
-         held: dict[int, set[str]], lost_nodes: frozenset[str] = frozenset()) -> tuple[list[Move], list[str]]:
+         held: dict[int, set[str]], lost_nodes: frozenset[str] = frozenset(), *,
+         prefer_copies: bool = False) -> tuple[list[Move], list[str]]:
     """Moves that put every rank's node-local parts where it now runs, and
     what cannot be placed at all (why, one line each). `held` maps a part
-    to the other nodes holding a complete copy of it."""
+    to the other nodes holding a complete copy of it. `prefer_copies` reads
+    from a copy (a partner's) before the original: a drill that proves the
+    copy restores, rather than the original a second time."""
     moves, unplaceable = [], []
     for part in parts:
         ranks_here = sorted(r for r, n in rank_old.items() if n == part.node)
@@ -84,13 +87,27 @@ def plan(parts: list[PartView], rank_old: dict[int, str], rank_new: dict[int, st
         for node, ranks in sorted(targets.items()):
             if node == part.node or node in copies:
                 continue
-            sources = ([part.node] if part.node not in lost_nodes else []) + sorted(copies - lost_nodes)
+            original = [part.node] if part.node not in lost_nodes else []
+            others = sorted(copies - lost_nodes)
+            sources = others + original if prefer_copies else original + others
             if not sources:
                 unplaceable.append(f"{part.volume_class} part of rank(s) {', '.join(map(str, ranks))} (cut on "
                                    f"{part.node}): no copy survives")
                 continue
             moves.append(Move(part, node, tuple(ranks), sources[0]))
     return moves, unplaceable
+
+
+def follow(parts: list[PartView], old_nodes: list[str], new_nodes: list[str], rank_old: dict[int, str],
+           held: dict[int, set[str]], lost_nodes: frozenset[str] = frozenset(), *,
+           prefer_copies: bool = False) -> tuple[dict[int, str | None], list[Move], list[str]]:
+    """The one mapping of a set's ranks onto a new node list, for a requeued
+    run (protocol.resume) and a drill placed on other nodes (restore.drill):
+    (rank -> new node, the moves that bring each rank's parts there, what
+    cannot be placed)."""
+    rank_new = place_ranks(old_nodes, list(new_nodes), rank_old)
+    moves, unplaceable = plan(parts, rank_old, rank_new, held, lost_nodes, prefer_copies=prefer_copies)
+    return rank_new, moves, unplaceable
 
 
 def execute(cfg, moves: list[Move], *, budget: float, for_restart: int | None, purpose: str = "restore",

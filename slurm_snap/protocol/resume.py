@@ -70,10 +70,13 @@ def resume_point(cfg, inventory, job_id: int, *, nodes: list | None = None, rest
     # Without both node lists there is nothing to map by: assume the same
     # nodes (what every run before this feature did) rather than call every
     # part missing.
-    rank_new = nodelocal.place_ranks(old_nodes, list(nodes), rank_old) if nodes and old_nodes else dict(rank_old)
     # Only the parts that hold a rank's checkpoint need to be where the rank is.
-    needed = {v[2] for v in per_rank.values() if v[2] in views}
-    moves, unplaceable = nodelocal.plan([views[i] for i in sorted(needed)], rank_old, rank_new, held, lost_nodes)
+    needed = [views[i] for i in sorted({v[2] for v in per_rank.values() if v[2] in views})]
+    if nodes and old_nodes:
+        rank_new, moves, unplaceable = nodelocal.follow(needed, old_nodes, list(nodes), rank_old, held, lost_nodes)
+    else:
+        rank_new = dict(rank_old)
+        moves, unplaceable = nodelocal.plan(needed, rank_old, rank_new, held, lost_nodes)
     missing = list(unplaceable)
     records = []
     if moves:

@@ -6,6 +6,16 @@ waits for the program's first successful step (restore/runner.py), removes
 the clones, and moves the set to VERIFIED or FAILED_RESTORE. Only VERIFIED
 sets count for RPO, so a set whose latest drill failed stops counting at once.
 
+Placed on other nodes (`Placement`: restore-test --other-nodes / --nodelist,
+and the schedule runner's drills with partner copies), a drill proves the hard
+case of a requeue: each rank's node-local part is first brought to the node at
+its rank's position in the drill's node list (protocol.nodelocal, the same
+mapping as a requeued run's Prolog), cloned there, and the command runs as a
+Slurm job of the owner on exactly those nodes. A part that cannot be brought
+fails the drill with the part named: a drill that ran without a rank's state
+would prove nothing. Every copy brought and every clone is listed in
+drill.json with its node before it is made, and removed on that node after.
+
 Order matters for crash safety: the RestoreTest row (RUNNING, with its
 namespace) is committed first and drill.json is written before every clone,
 so a drill killed anywhere is found by the next drill's sweep(), its clones
@@ -23,11 +33,13 @@ import pwd
 import shlex
 import signal
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..clock import utcnow
 from .. import errors
 from ..access import Caller, current_caller, is_operator, require_owner_or_operator
 from .. import states as S
+from ..protocol import nodelocal
 from . import namespace as nsmod
 from .guard import check_caller_may_write, check_residency, check_target
 from .parts import BackendFor, backend_resolver, ref_from_row
@@ -40,6 +52,30 @@ NOT_THE_SETS_FAULT = (errors.ConfigError, errors.ToolMissing, errors.Unsupported
 # A RUNNING test without drill.json younger than this may still be setting up.
 STALE_AFTER = 120.0
 PROGRAM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Run a drill's ranks on other nodes than the ones that cut the set.
+
+    `nodes`: the drill's node list, position k taking the ranks of the job's
+    node k; empty: usable nodes Slurm has that cut nothing of the set, in
+    sinfo's order. `prefer_copies`: bring a part from a copy (a partner's)
+    when one exists, proving the copy. `only_node_local`: a set without
+    node-local parts is drilled the ordinary way (the schedule runner)."""
+    nodes: tuple[str, ...] = ()
+    prefer_copies: bool = False
+    only_node_local: bool = False
+
+
+@dataclass
+class Placed:
+    """A placement resolved against one set (Plan.placed)."""
+    nodes: list                 # the drill's node list
+    node_map: dict              # the job's node -> the drill's node, by position
+    moves: list                 # nodelocal.Move: parts to bring first
+    unplaceable: list           # why a part cannot be brought (fails the drill)
+    target: dict                # snapshot id -> node its clone goes on
 
 
 @dataclass
@@ -57,6 +93,8 @@ class Outcome:
     cleanup_errors: list = field(default_factory=list)
     slurm_job_id: int | None = None
     pending: bool = False   # submitted with --no-wait: no verdict yet
+    nodes: list = field(default_factory=list)    # placed drills: where the ranks ran
+    moved: list = field(default_factory=list)    # placed drills: one line per part brought
 
 
 @dataclass
@@ -77,6 +115,7 @@ class Plan:
     # The configured restore_root must be ours alone; a target an operator or
     # (when allowed) the owner names is theirs to vouch for.
     base_must_be_ours: bool = True
+    placed: Placed | None = None
 
 
 def parse_command(command: str) -> list[str]:
@@ -155,6 +194,75 @@ def program_env(owner: pwd.struct_passwd, restore_map: dict, per_class: dict, ma
     return env
 
 
+# sinfo's node states a drill may be placed on (it waits in the queue for a busy one).
+USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
+
+
+def _usable_nodes() -> list[str]:
+    from ..slurm.commands import node_states
+
+    return [n for n, (state, _why) in node_states().items() if state.lower() in USABLE_STATES]
+
+
+def place(snapshots, old_nodes: list[str], acks, copies, place: Placement,
+          usable: Callable[[], list[str]]) -> Placed:
+    """Resolve a placement against a set: the drill's nodes, and the moves
+    that put each rank's node-local parts on its node (nodelocal.follow, the
+    requeue's mapping). Raises when no such node list exists (not the set's
+    fault); a part that cannot be brought is listed in `unplaceable`."""
+    local = [s for s in snapshots if s.volume.scope == "node-local"]
+    old_nodes = list(old_nodes) or sorted({s.node for s in local})
+    cut = {s.node for s in local}
+    if place.nodes:
+        nodes = list(place.nodes)
+        if len(set(nodes)) != len(nodes):
+            raise errors.BadValueError(what="--nodelist", value=",".join(nodes), why="names a node twice")
+        # Root reaches these hosts over SSH to bring the parts: only nodes
+        # Slurm has and would run the drill on, never any host a user types.
+        known = set(usable())
+        strange = [n for n in nodes if n not in known]
+        if strange:
+            raise errors.BadValueError(what="--nodelist", value=",".join(nodes),
+                                       why=f"{', '.join(strange)}: not a usable Slurm node")
+        # A part's copy has its original's path: on a node that cut another
+        # part of the set it would land on that part.
+        clash = [n for k, n in enumerate(nodes) if n in cut and (k >= len(old_nodes) or old_nodes[k] != n)]
+        if clash:
+            raise errors.BadValueError(what="--nodelist", value=",".join(nodes),
+                                       why=f"{', '.join(clash)} cut another rank's part of the set; a node of the "
+                                           "set may only keep its own position")
+    else:
+        nodes = [n for n in usable() if n not in cut and n not in old_nodes][:len(old_nodes)]
+    if len(nodes) < len(old_nodes):
+        raise errors.Conflict(f"the drill needs {len(old_nodes)} node(s) at the job's positions "
+                              f"({','.join(old_nodes)}) but has {','.join(nodes) or 'none'}"
+                              + ("" if place.nodes else " usable outside the nodes that cut the set"))
+    nodes = nodes[:len(old_nodes)]
+    # One rank per node when the set has no acknowledgements (crash-consistent):
+    # position k stands for the job's node k.
+    rank_old = {a.rank: a.node for a in acks} or dict(enumerate(old_nodes))
+    held: dict[int, set[str]] = {}
+    for c in copies:
+        held.setdefault(c.snapshot_id, set()).add(c.node)
+    lost = frozenset(s.node for s in local if s.state == "LOST")
+    views = [nodelocal.PartView(s.id, s.volume.volume_class, s.node, s.ref, s.path, s.backend, s.volume.path,
+                                s.name) for s in local]
+    rank_new, moves, unplaceable = nodelocal.follow(views, old_nodes, nodes, rank_old, held, lost,
+                                                    prefer_copies=place.prefer_copies)
+    target: dict[int, str] = {}
+    for s in local:
+        news = sorted({rank_new.get(r) for r, n in rank_old.items() if n == s.node} - {None})
+        if not news:
+            if not any(n == s.node for n in rank_old.values()):
+                unplaceable.append(f"{s.volume.volume_class} part cut on {s.node}: no rank of the job ran there "
+                                   "to place it by")
+            continue
+        # There when cloned: its own node, a copy already held there, or the move's.
+        target[s.id] = news[0]
+    node_map = {o: nodes[k] for k, o in enumerate(old_nodes)}
+    return Placed(nodes=nodes, node_map=node_map, moves=moves, unplaceable=unplaceable, target=target)
+
+
 def _owns(caller: Caller, run) -> bool:
     return caller.uid == run.uid or caller.name == run.user_name
 
@@ -170,16 +278,24 @@ class Drill:
     """One restore drill (or a sweep of dead ones) against an inventory."""
 
     def __init__(self, cfg, inventory, *, backend_for: BackendFor | None = None, caller: Caller | None = None,
-                 submitter=None):
+                 submitter=None, backend_on=None, usable_nodes: Callable[[], list[str]] | None = None):
         self.cfg = cfg
         self.inv = inventory
         self.backend_for = backend_for or backend_resolver(cfg)
         self.caller = caller or current_caller()
         self.submitter = submitter
+        if backend_on is None:
+            from ..backends.factory import backend_on_node
+
+            backend_on = lambda vclass, node: backend_on_node(cfg, vclass, node)  # noqa: E731
+        # (class, node) -> a node-local class's backend on that node: where a
+        # placed drill's copies and clones are made and removed.
+        self.backend_on = backend_on
+        self.usable_nodes = usable_nodes or _usable_nodes
 
     # -- planning -------------------------------------------------------------
     def plan(self, selector: str, *, command: str | None = None, deadline: float | None = None,
-             target: str | None = None) -> Plan:
+             target: str | None = None, placement: Placement | None = None) -> Plan:
         kind, value = parse_selector(selector)
         with self.inv.session() as repo:
             if kind == "set":
@@ -227,15 +343,23 @@ class Drill:
             deadline = float(deadline if deadline is not None else self.cfg.timeouts.restore)
             if deadline <= 0:
                 raise errors.BadValueError(what="deadline", value=deadline, why="must be positive")
+            placed = None
+            if placement is not None and not (placement.only_node_local and
+                                              not any(s.volume.scope == "node-local" for s in snapshots)):
+                placed = place(snapshots, list(run.nodes or []), repo.acks(st.id),
+                               repo.copies(st.id, states=("OK",)), placement, self.usable_nodes)
             return Plan(set_id=st.id, job_id=st.job_id, job_label=run.label, command=command, argv=argv,
                         deadline=deadline, base=base, checkpoint_step=st.checkpoint_step, owner=owner,
                         creds=creds, snapshots=snapshots, live=live, protected=protected,
-                        base_must_be_ours=target is None)
+                        base_must_be_ours=target is None, placed=placed)
 
     # -- the drill -------------------------------------------------------------
     def run(self, selector: str, *, command: str | None = None, deadline: float | None = None,
-            target: str | None = None, keep: bool = False, submit: bool = False, wait: bool = True) -> Outcome:
-        plan = self.plan(selector, command=command, deadline=deadline, target=target)
+            target: str | None = None, keep: bool = False, submit: bool = False, wait: bool = True,
+            placement: Placement | None = None) -> Outcome:
+        plan = self.plan(selector, command=command, deadline=deadline, target=target, placement=placement)
+        if plan.placed is not None:
+            submit = True   # the command must run on the drill's nodes: Slurm puts it there
         if not wait and not submit:
             raise errors.UsageError("not waiting only makes sense with --submit")
         if submit and self.submitter is None:
@@ -253,7 +377,7 @@ class Drill:
             repo.event("restore_test", f"restore test {test_id} of set {plan.set_id} started in {ns}",
                        job_id=plan.job_id, set_id=plan.set_id)
         outcome = Outcome(set_id=plan.set_id, job_id=plan.job_id, test_id=test_id, passed=False, reason="",
-                          namespace=ns, kept=keep)
+                          namespace=ns, kept=keep, nodes=list(plan.placed.nodes) if plan.placed else [])
         with _LIVE_LOCK:
             _LIVE.add(test_id)
         try:
@@ -278,7 +402,7 @@ class Drill:
         if outcome.pending:
             return outcome  # collected later by sweep() (restore-test --collect, or the next drill)
         if not keep:
-            outcome.cleanup_errors = nsmod.cleanup_namespace(ns, self._entry_backend(plan.snapshots))
+            outcome.cleanup_errors = self._cleanup(ns, plan.snapshots)
         self._record(plan.set_id, plan.job_id, outcome)
         return outcome
 
@@ -296,21 +420,38 @@ class Drill:
         restore_map: dict[str, str] = {}
         per_class: dict[str, str] = {}
         state["namespaces"] = []
+        state["copies"] = []
+        placed = plan.placed
+        if placed is not None:
+            state["nodes"] = placed.nodes
+            if not self._bring(plan, out, state):
+                return
         for snap in plan.snapshots:
             vclass = snap.volume.volume_class
-            name = nsmod.clone_name(vclass, snap.node, len(nodes_per_class[vclass]) > 1)
+            on = placed.target.get(snap.id) if placed is not None else None
+            # Placed: each node holds one clone of its class at the same path
+            # (next to the snapshot, on the node's own disk), as each node
+            # holds its own live scratch at the same path.
+            name = vclass if on else nsmod.clone_name(vclass, snap.node, len(nodes_per_class[vclass]) > 1)
             try:
-                got = self._clone(self.backend_for(snap), snap, name, plan, ns, state)
+                if on:
+                    got = self._clone_on(on, snap, name, plan, ns, state)
+                else:
+                    got = self._clone(self.backend_for(snap), snap, name, plan, ns, state)
             except NOT_THE_SETS_FAULT:
                 raise
             except errors.SnapError as exc:
-                out.reason = f"clone of {snap.volume.path} from snapshot {snap.ref} failed: {exc}"
+                where = f" on {on}" if on else ""
+                out.reason = f"clone of {snap.volume.path} from snapshot {snap.ref}{where} failed: {exc}"
                 return
             key = snap.volume.path if snap.volume.path not in restore_map else f"{snap.node}:{snap.volume.path}"
             restore_map[key] = got
             per_class.setdefault(vclass, got)
         out.restore_map = restore_map
         env = program_env(plan.owner, restore_map, per_class, marker, plan.set_id, plan.checkpoint_step)
+        if placed is not None:
+            # Which of the job's nodes each drill node stands in for.
+            env["SLURM_SNAP_RESTORE_NODES"] = json.dumps(placed.node_map, sort_keys=True)
         if submit:
             def submitted(job_id: int) -> None:
                 out.slurm_job_id = job_id
@@ -322,15 +463,17 @@ class Drill:
                 with self.inv.session() as repo:
                     repo.set_restore_test_job(out.test_id, job_id)
 
+            where = {"nodes": placed.nodes} if placed is not None else {}
             if not wait:
                 submitted(self.submitter.submit(argv=plan.argv, env=env, marker_dir=marker_dir, marker_file=marker,
                                                 deadline=plan.deadline, owner=plan.owner, creds=plan.creds,
-                                                job_name=f"slurm-snap-restore-{plan.set_id}"))
+                                                job_name=f"slurm-snap-restore-{plan.set_id}", **where))
                 out.pending = True
                 return
             result = self.submitter.run(argv=plan.argv, env=env, marker_dir=marker_dir, marker_file=marker,
                                         deadline=plan.deadline, owner=plan.owner, creds=plan.creds,
-                                        job_name=f"slurm-snap-restore-{plan.set_id}", on_submitted=submitted)
+                                        job_name=f"slurm-snap-restore-{plan.set_id}", on_submitted=submitted,
+                                        **where)
         else:
             result = run_program(plan.argv, env=env, cwd=marker_dir, deadline=plan.deadline,
                                  marker_file=marker, creds=plan.creds if os.geteuid() == 0 else None)
@@ -373,8 +516,67 @@ class Drill:
                 raise errors.BackendError(backend=backend.name,
                                           why=f"{first}; and next to the snapshot: {second}") from None
 
+    def _bring(self, plan: Plan, out: Outcome, state: dict) -> bool:
+        """Bring each rank's node-local part to its drill node; False (the
+        drill failed, the part named in out.reason) if one cannot be."""
+        placed, ns = plan.placed, out.namespace
+        if placed.unplaceable:
+            out.reason = "cannot place the drill on " + ",".join(placed.nodes) + ": " + "; ".join(placed.unplaceable)
+            return False
+        for m in placed.moves:
+            # Listed before it exists: cleanup (also a later sweep) must know it may.
+            state["copies"].append({"snapshot_id": m.part.snapshot_id, "on": m.to_node, "class": m.part.volume_class,
+                                    "backend": m.part.backend, "volume": m.part.volume, "name": m.part.name,
+                                    "ref": m.part.ref, "path": m.part.path, "from": m.source_node})
+        nsmod.write_state(ns, state)
+        records = nodelocal.execute(self.cfg, placed.moves, budget=plan.deadline, for_restart=None, purpose="drill",
+                                    backend_on=self.backend_on)
+        classes = {m.part.snapshot_id: m.part.volume_class for m in placed.moves}
+        with self.inv.session() as repo:
+            repo.record_copies(plan.set_id, records)
+            for c in records:
+                text = nodelocal.describe(c, classes[c.snapshot_id])
+                repo.event("restore_test", f"restore test {out.test_id} of set {plan.set_id}: {text}",
+                           job_id=plan.job_id, set_id=plan.set_id, node=c.node, level="info" if c.ok else "error")
+        out.moved = [nodelocal.describe(c, classes[c.snapshot_id]) for c in records if c.ok]
+        failed = [nodelocal.describe(c, classes[c.snapshot_id]) for c in records if not c.ok]
+        if failed:
+            out.reason = "node-local state not brought to the drill's nodes: " + "; ".join(failed)
+            return False
+        return True
+
+    def _clone_on(self, node: str, snap, name: str, plan: Plan, ns: str, state: dict) -> str:
+        """A placed clone: on `node`, next to the snapshot (or the copy brought
+        there, at the same path), never in the shared namespace."""
+        backend = self.backend_on(snap.volume.volume_class, node)
+        if not snap.ref.startswith("/") or "mkdir" not in backend.tools:
+            raise errors.Unsupported(backend=backend.name, verb="a clone placed on another node")
+        alt = nsmod.alt_namespace(snap.ref, ns)
+        check_target(alt, plan.live, self.cfg, protected=plan.protected)
+        if alt not in state["namespaces"]:
+            state["namespaces"].append(alt)
+        path = os.path.join(alt, name)
+        state["clones"].append({"snapshot_id": snap.id, "path": path, "ns": alt, "live": snap.volume.path,
+                                "class": snap.volume.volume_class, "node": snap.node, "on": node})
+        nsmod.write_state(ns, state)  # before the clone exists: cleanup must know it may
+        backend.mkdir_p(alt)
+        return backend.clone(ref_from_row(snap), path)
+
     def _entry_backend(self, snapshots):
-        return nsmod.resolver_for_entries(self.backend_for, {s.id: s for s in snapshots})
+        return nsmod.resolver_for_entries(self.backend_for, {s.id: s for s in snapshots}, self.backend_on)
+
+    def _cleanup(self, ns: str, snapshots) -> list[str]:
+        """Remove the drill's clones and the copies it brought, each on its
+        node; the copies removed no longer count as held (part_copy DELETED)."""
+        state = nsmod.read_state(ns) or {}
+        errs = nsmod.cleanup_namespace(ns, self._entry_backend(snapshots), self.backend_on)
+        copies = state.get("copies") or []
+        if copies:
+            with self.inv.session() as repo:
+                for c in copies:
+                    if not any(e.startswith(nsmod.copy_error_prefix(c)) for e in errs):
+                        repo.mark_copy_deleted(int(state["set_id"]), node=c["on"], ref=c["ref"], purpose="drill")
+        return errs
 
     def _record(self, set_id: int, job_id: int, out: Outcome) -> None:
         with self.inv.session() as repo:
@@ -406,8 +608,7 @@ class Drill:
     def _abandon(self, plan: Plan, out: Outcome, reason: str) -> None:
         """Close a test that did not finish; clones go, the set's state stays."""
         try:
-            errs = nsmod.cleanup_namespace(out.namespace, self._entry_backend(plan.snapshots)) \
-                if os.path.isdir(out.namespace) else []
+            errs = self._cleanup(out.namespace, plan.snapshots) if os.path.isdir(out.namespace) else []
             with self.inv.session() as repo:
                 repo.finish_restore_test(out.test_id, passed=False, first_step=None, time_to_first_step=None,
                                          reason=reason + (f"; cleanup left: {'; '.join(errs)}" if errs else ""))
@@ -448,7 +649,7 @@ class Drill:
                 continue
             if state and state.get("slurm_job_id") and self.submitter is not None:
                 self.submitter.cancel(int(state["slurm_job_id"]))
-            errs = nsmod.cleanup_namespace(ns, self._entry_backend(rows[set_id])) if ns and os.path.isdir(ns) else []
+            errs = self._cleanup(ns, rows[set_id]) if ns and os.path.isdir(ns) else []
             if errs:
                 messages.append(f"restore test {test_id}: cleanup incomplete: {'; '.join(errs)}")
                 continue
@@ -485,7 +686,7 @@ class Drill:
                       slurm_job_id=job)
         out.passed, out.reason = verdict(result, state.get("checkpoint_step"), deadline)
         out.first_step, out.time_to_first_step = result.first_step, result.time_to_first_step
-        out.cleanup_errors = nsmod.cleanup_namespace(ns, self._entry_backend(rows))
+        out.cleanup_errors = self._cleanup(ns, rows)
         with self.inv.session() as repo:
             out.job_id = repo.get_set(set_id).job_id
         self._record(set_id, out.job_id, out)
@@ -511,7 +712,7 @@ class Drill:
                 if rt.result == "RUNNING":
                     continue
                 rows = repo.snapshots(int(state["set_id"]), include_deleted=True)
-            errs = nsmod.cleanup_namespace(ns, self._entry_backend(rows))
+            errs = self._cleanup(ns, rows)
             messages.append(f"{ns}: " + ("removed" if not errs else "cleanup incomplete: " + "; ".join(errs)))
         return messages
 

@@ -10,7 +10,9 @@
 drill.json is written before each clone is attempted, so a drill killed at
 any point leaves a record from which a later run removes every clone it may
 have made (`cleanup_namespace`); the clone verbs are idempotent in that
-direction (a missing clone is fine).
+direction (a missing clone is fine). A drill placed on other nodes also lists
+each clone's node ("on") and the copies of node-local parts it brought there
+("copies"), removed on their node after the clones.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import shutil
 import socket
 import stat
 
-from ..backends.base import Backend
+from ..backends.base import Backend, SnapshotRef
 from ..backends.transport import LocalTransport
 from ..errors import BackendError, BadValueError, Unsupported
 from ..fsio import is_temporary, write_json
@@ -129,10 +131,17 @@ def alt_namespace(snapshot_ref: str, ns: str) -> str:
     return os.path.join(os.path.dirname(snapshot_ref.rstrip("/")), f"{ALT_PREFIX}{os.path.basename(ns.rstrip('/'))}")
 
 
-def cleanup_namespace(ns: str, backend_for_clone) -> list[str]:
-    """Remove every clone drill.json lists, then the namespace(s). Returns errors (empty = clean).
+def copy_error_prefix(entry: dict) -> str:
+    """How cleanup_namespace starts the error about a copy it could not delete."""
+    return f"copy {entry.get('ref')} on {entry.get('on')}:"
 
-    `backend_for_clone(entry)` builds the backend of one drill.json clone entry.
+
+def cleanup_namespace(ns: str, backend_for_clone, backend_on=None) -> list[str]:
+    """Remove every clone drill.json lists, then the copies it brought, then the namespace(s).
+    Returns errors (empty = clean).
+
+    `backend_for_clone(entry)` builds the backend of one drill.json clone entry;
+    `backend_on(class, node)` a node-local class's backend on a node, for the copies.
     """
     errors: list[str] = []
     state = read_state(ns) or {}
@@ -151,6 +160,17 @@ def cleanup_namespace(ns: str, backend_for_clone) -> list[str]:
                 alt_backend.setdefault((where, backend.transport.where), (where, backend))
         except Exception as exc:  # keep going: one stuck clone must not leave the others
             errors.append(f"{entry.get('path')}: {exc}")
+    for entry in state.get("copies", []):
+        # A copy is a received snapshot at its original's path on another
+        # node; deleting it there is deleting a snapshot, through the backend.
+        try:
+            if backend_on is None:
+                raise BadValueError(what="drill copies", value=entry.get("ref"), why="no backend to remove them with")
+            ref = SnapshotRef(backend=entry["backend"], volume=entry["volume"], name=entry["name"], ref=entry["ref"],
+                              path=entry.get("path") or None)
+            backend_on(entry["class"], entry["on"]).delete(ref)
+        except Exception as exc:
+            errors.append(f"{copy_error_prefix(entry)} {exc}")
     for alt, backend in alt_backend.values():
         try:
             _remove_empty_dir(backend, alt)
@@ -198,9 +218,15 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def resolver_for_entries(backend_for: BackendFor, rows_by_id: dict):
-    """backend_for_clone for cleanup_namespace, from the inventory's snapshot rows."""
+def resolver_for_entries(backend_for: BackendFor, rows_by_id: dict, backend_on=None):
+    """backend_for_clone for cleanup_namespace, from the inventory's snapshot
+    rows; a clone made on another node than its snapshot's ("on") through
+    `backend_on(class, node)`."""
     def resolve(entry: dict) -> Backend:
+        if entry.get("on"):
+            if backend_on is None:
+                raise BadValueError(what="clone node", value=entry["on"], why="no backend for other nodes")
+            return backend_on(entry["class"], entry["on"])
         row = rows_by_id.get(entry.get("snapshot_id"))
         if row is None:
             raise BadValueError(what="snapshot id", value=entry.get("snapshot_id"),

@@ -12,6 +12,11 @@ The in-job runner (restore/injob.py) runs the argv from spec.json with the
 same watcher as a local drill and writes result.json next to it. The CLI waits
 for the Slurm job to leave the queue, reads the result and cleans up. The
 namespace must be visible at the same path on the compute node.
+
+A drill placed on other nodes gets exactly those nodes (--nodelist, one task
+per node); the in-job runner starts the command on the first of them with
+the job's SLURM_* variables, so a command that launches its ranks with srun
+(as the job's own batch script did) starts one on each.
 """
 from __future__ import annotations
 
@@ -69,7 +74,8 @@ class SlurmSubmitter:
         except FileNotFoundError:
             raise errors.ToolMissing("slurm", argv[0]) from None
 
-    def submit(self, *, argv, env, marker_dir, marker_file, deadline, owner, creds, job_name) -> int:
+    def submit(self, *, argv, env, marker_dir, marker_file, deadline, owner, creds, job_name,
+               nodes: list[str] | None = None) -> int:
         spec = {"argv": list(argv), "env": dict(env), "cwd": marker_dir, "marker_file": marker_file,
                 "deadline": deadline, "result": os.path.join(marker_dir, RESULT)}
         _write_owned(os.path.join(marker_dir, SPEC), json.dumps(spec).encode(), creds, 0o600)
@@ -77,7 +83,11 @@ class SlurmSubmitter:
         _write_owned(os.path.join(marker_dir, SCRIPT), script.encode(), creds, 0o700)
         minutes = max(1, math.ceil((deadline + 60) / 60))
         cmd = [tool("sbatch"), "--parsable", f"--job-name={job_name}", f"--time={minutes}", f"--chdir={marker_dir}",
-               f"--output={os.path.join(marker_dir, 'slurm-%j.out')}", "--nodes=1", "--ntasks=1"]
+               f"--output={os.path.join(marker_dir, 'slurm-%j.out')}"]
+        if nodes:
+            cmd += [f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}", "--ntasks-per-node=1"]
+        else:
+            cmd += ["--nodes=1", "--ntasks=1"]
         if self.partition:
             cmd.append(f"--partition={self.partition}")
         cmd.append(os.path.join(marker_dir, SCRIPT))
@@ -125,9 +135,9 @@ class SlurmSubmitter:
         return result
 
     def run(self, *, argv, env, marker_dir, marker_file, deadline, owner, creds, job_name,
-            on_submitted=None) -> RunResult:
+            on_submitted=None, nodes: list[str] | None = None) -> RunResult:
         job_id = self.submit(argv=argv, env=env, marker_dir=marker_dir, marker_file=marker_file,
-                             deadline=deadline, owner=owner, creds=creds, job_name=job_name)
+                             deadline=deadline, owner=owner, creds=creds, job_name=job_name, nodes=nodes)
         if on_submitted:
             on_submitted(job_id)
         end = time.monotonic() + self.queue_timeout + deadline + 30

@@ -240,3 +240,175 @@ def test_with_partner_copies_a_destroyed_disk_loses_no_set_and_the_run_resumes(c
         if drained:
             cluster.run(["scontrol", "update", f"nodename={','.join(drained)}", "state=resume"], timeout=30,
                         host="ctl")
+
+
+# The drilled command of a placed drill, one task per drill node under srun:
+# each rank finds its own part at the one restore path every drill node has,
+# reads its checkpoint pointer and says where it ran and from which step;
+# rank 0 reports the first step once every rank has.
+DRILL = '''
+import json, os, sys, time
+rank, node = int(os.environ["SLURM_PROCID"]), os.environ.get("SLURMD_NODENAME", "")
+scratch = os.environ["SLURM_SNAP_RESTORE_SCRATCH"]
+ckpt = os.path.join(scratch, "ckpt")
+pointer = os.path.join(ckpt, f"latest.rank-{rank}")
+if not os.path.isfile(pointer):
+    sys.exit(f"rank {rank} on {node}: no checkpoint pointer {pointer}")
+rel = open(pointer).read().strip()
+if not os.path.isfile(os.path.join(ckpt, rel)):
+    sys.exit(f"rank {rank} on {node}: {rel} missing")
+step = int(rel.split("/")[0].split("-", 1)[1])
+out = sys.argv[1]
+with open(os.path.join(out, f".seen-{rank}"), "w") as f:
+    json.dump({"rank": rank, "node": node, "step": step, "scratch": scratch,
+               "nodes": json.loads(os.environ["SLURM_SNAP_RESTORE_NODES"])}, f)
+os.rename(os.path.join(out, f".seen-{rank}"), os.path.join(out, f"seen-{rank}.json"))
+if rank == 0:
+    deadline = time.time() + 60
+    while len([n for n in os.listdir(out) if n.startswith("seen-")]) < int(os.environ["SLURM_NTASKS"]):
+        if time.time() > deadline:
+            sys.exit("rank 0: not every rank found its state")
+        time.sleep(0.2)
+    print(f"SLURM_SNAP_FIRST_STEP {step + 1}", flush=True)
+time.sleep(300)   # training goes on; the drill stops it after the first step
+'''
+
+
+def _set_parts(repo, set_id: int):
+    acks = {a.rank: (a.node, a.step) for a in repo.acks(set_id)}
+    parts = sorted((p.node, p.ref) for p in repo.snapshots(set_id) if p.node)
+    return acks, parts, repo.get_set(set_id).state
+
+
+def test_drill_on_other_nodes_brings_each_ranks_part_and_leaves_nothing(cluster4):
+    """Issue 23 part 4: `restore-test JOB --other-nodes`, as the job's user on
+    login (through the service), runs the ranks on the two nodes that cut
+    nothing of the set, each from its own node-local part brought there, and
+    leaves no clone or copy on any node."""
+    cluster = cluster4
+    train = cluster.write_user_file("train-drill.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
+    prog = cluster.write_user_file("drill-ranks.py", DRILL, mode=0o644)
+    out = cluster.make_user_dir(f"drill-{time.monotonic_ns()}")
+    seen = cluster.make_user_dir(f"drill-seen-{time.monotonic_ns()}")
+    jid = cluster.sbatch("-p", "low", "--snapshot-independent-ranks", "-N2", "--ntasks-per-node=1", "-c1",
+                         "--snapshot-volumes=scratch,pfs", "-o", f"{out}/slurm-%j.out",
+                         script=BATCH.format(train=train, python=cluster.python, scratch=cluster.scratch))
+    log = out / f"slurm-{jid}.out"
+    try:
+        first = cluster.wait_state(jid, "RUNNING", timeout=60)
+        old = cluster.run(["scontrol", "show", "hostnames", first.nodes], timeout=30).stdout.split()
+        assert len(old) == 2, first.nodes
+        deadline = time.monotonic() + 90
+        while len(re.findall(r"^step \d+", log.read_text() if log.exists() else "", re.M)) < 10:
+            assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
+            time.sleep(0.2)
+        snap = cluster.cli("snapshot", str(jid), "--json", "--deadline", "30", host="login", user=cluster.user)
+        assert snap.returncode == 0, snap.stderr
+        set_id = json.loads(snap.stdout)["set_id"]
+        cluster.cancel(jid)
+        cluster.wait_state(jid, {"CANCELLED", "COMPLETED", "FAILED"}, timeout=90)
+        acks, parts, state = cluster.inventory(_set_parts, set_id)
+        assert state == "COMPLETE" and sorted(n for n, _r in parts) == sorted(old), (state, parts)
+
+        t0 = time.monotonic()
+        drill = cluster.cli("restore-test", str(jid), "--other-nodes", "--json", "--deadline", "120",
+                            "--queue-timeout", "120", "--command", f"srun {cluster.python} {prog} {seen}",
+                            host="login", user=cluster.user, timeout=400)
+        took = time.monotonic() - t0
+        assert drill.returncode == 0, (drill.stdout, drill.stderr, cluster.hook_log("ctl")[-3000:])
+        doc = json.loads(drill.stdout)
+        others = [n for n in cluster.nodes if n not in old]
+        assert doc["result"] == "PASSED" and doc["nodes"] == others, doc
+        assert len(doc["moved"]) == 2 and doc["cleanup_errors"] == [], doc
+        # Each rank ran on the drill node at its old node's position, from its own acknowledged step.
+        for rank, (node, step) in acks.items():
+            got = json.loads((seen / f"seen-{rank}.json").read_text())
+            assert got["node"] == others[old.index(node)] and got["node"] not in old, got
+            assert got["step"] == step and got["nodes"] == dict(zip(old, others)), (got, acks)
+        print(f"\nplaced drill on {others}: {took:.1f} s, first step after {doc['time_to_first_step']:.2f} s; "
+              f"{doc['moved']}")
+
+        assert cluster.inventory(_set_parts, set_id)[2] == "VERIFIED"
+        copies = cluster.inventory(_copies, set_id)
+        assert sorted((c[0], c[1], c[2]) for c in copies) == sorted((old[i], others[i], "DELETED") for i in range(2))
+        # Nothing left anywhere: on the drill nodes neither the copies nor the
+        # clones' directory; on the set's own nodes only their own snapshot.
+        own = {n: {Path(r).name for nn, r in parts if nn == n} for n in cluster.nodes}
+        for node in cluster.nodes:
+            snapdir = cluster.disk(node) / "jobs" / ".snapshots"
+            names = {p.name for p in snapdir.iterdir()} if snapdir.exists() else set()
+            names_of_set = {Path(r).name for _n, r in parts}
+            assert names & names_of_set == own[node], (node, names)
+            assert not [n for n in names if n.startswith(".slurm-snap-restore-")], (node, names)
+        from slurm_snap.config import load
+
+        assert not list(Path(load(cluster.config_path("ctl")).paths.restore_root).glob(f"{set_id}-*"))
+    finally:
+        cluster.cancel(jid)
+
+
+def _copies_by_purpose(repo, set_id: int):
+    return sorted((c.purpose, c.source_node, c.node, c.state) for c in repo.copies(set_id))
+
+
+def test_scheduled_drill_with_partner_copies_runs_elsewhere_from_the_copies(cluster4):
+    """Issue 23 part 4, the schedule runner: with [restore] partner_copies the
+    pass makes each part's partner copy, then drills the set on the two nodes
+    that cut nothing of it, each part brought from its partner copy (proving
+    the copy), and keeps the partner copies while removing its own."""
+    cluster = cluster4
+    train = cluster.write_user_file("train-sched-drill.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
+    prog = cluster.write_user_file("drill-ranks-sched.py", DRILL, mode=0o644)
+    out = cluster.make_user_dir(f"sched-drill-{time.monotonic_ns()}")
+    seen = cluster.make_user_dir(f"sched-drill-seen-{time.monotonic_ns()}")
+    jid = cluster.sbatch("-p", "low", "--snapshot-independent-ranks", "-N2", "--ntasks-per-node=1", "-c1",
+                         "--snapshot-volumes=scratch,pfs", f"--snapshot-resume-cmd=srun {cluster.python} {prog} {seen}",
+                         "-o", f"{out}/slurm-%j.out",
+                         script=BATCH.format(train=train, python=cluster.python, scratch=cluster.scratch))
+    log = out / f"slurm-{jid}.out"
+    try:
+        first = cluster.wait_state(jid, "RUNNING", timeout=60)
+        old = cluster.run(["scontrol", "show", "hostnames", first.nodes], timeout=30).stdout.split()
+        deadline = time.monotonic() + 90
+        while len(re.findall(r"^step \d+", log.read_text() if log.exists() else "", re.M)) < 10:
+            assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
+            time.sleep(0.2)
+        snap = cluster.cli("snapshot", str(jid), "--json", "--deadline", "30", host="login", user=cluster.user)
+        assert snap.returncode == 0, snap.stderr
+        set_id = json.loads(snap.stdout)["set_id"]
+        cluster.cancel(jid)
+        cluster.wait_state(jid, {"CANCELLED", "COMPLETED", "FAILED"}, timeout=90)
+        acks, parts, state = cluster.inventory(_set_parts, set_id)
+        assert state == "COMPLETE", state
+
+        conf = cluster.host_dir("ctl") / "etc" / "slurm-snap-partner-drill.toml"
+        text = (cluster.host_dir("ctl") / "etc" / "slurm-snap.toml").read_text()
+        assert "\n[restore]\n" in text
+        conf.write_text(text.replace("\n[restore]\n", "\n[restore]\npartner_copies = true\n", 1))
+        ran = cluster.run([cluster.helper, "--config", f"{cluster.state}/local/etc/slurm-snap-partner-drill.toml",
+                           "schedule", "--json"], host="ctl", timeout=600)
+        assert ran.returncode == 0, (ran.stdout, ran.stderr)
+        report = json.loads(ran.stdout)
+        mine = [d for d in report["drills"] if d["set_id"] == set_id]
+        assert len(mine) == 1 and mine[0]["passed"], (report["drills"], cluster.hook_log("ctl")[-3000:])
+
+        others = [n for n in cluster.nodes if n not in old]
+        partner = {old[0]: old[1], old[1]: old[0]}
+        # Partner copies made and kept; the drill brought each part from its
+        # partner copy to the drill node at its position, and removed it.
+        assert cluster.inventory(_copies_by_purpose, set_id) == sorted(
+            [("partner", n, partner[n], "OK") for n in old]
+            + [("drill", partner[n], others[old.index(n)], "DELETED") for n in old])
+        for rank, (node, step) in acks.items():
+            got = json.loads((seen / f"seen-{rank}.json").read_text())
+            assert got["node"] == others[old.index(node)] and got["step"] == step, (got, acks)
+        assert cluster.inventory(_set_parts, set_id)[2] == "VERIFIED"
+        names_of_set = {Path(r).name for _n, r in parts}
+        for node in cluster.nodes:
+            snapdir = cluster.disk(node) / "jobs" / ".snapshots"
+            names = {p.name for p in snapdir.iterdir()} if snapdir.exists() else set()
+            # Drill nodes: nothing of the set. The job's nodes: its own part and its partner's copy.
+            assert names & names_of_set == (names_of_set if node in old else set()), (node, names)
+            assert not [n for n in names if n.startswith(".slurm-snap-restore-")], (node, names)
+    finally:
+        cluster.cancel(jid)

@@ -86,6 +86,11 @@ COMMANDS = {
     "report-state-all": lambda e: ["report", "-a", "-s", "COMPLETE"],
     "restore-test-submit": lambda e: ["restore-test", str(e.job_id), "--command", "/bin/true", "--submit"],
     "restore-test-json": lambda e: ["restore-test", f"set:{e.set_id}", "--command", "/bin/true", "--json"],
+    # Placed on other nodes (issue 23 part 4): refused before any node is chosen or reached.
+    "restore-test-other-nodes": lambda e: ["restore-test", str(e.job_id), "--command", "/bin/true",
+                                           "--other-nodes"],
+    "restore-test-nodelist": lambda e: ["restore-test", f"set:{e.set_id}", "--command", "/bin/true",
+                                        "--nodelist", "n[3-4]"],
     "prune-job": lambda e: ["prune", "--job", str(e.job_id), "--keep-last", "1", "--apply"],
     "prune-job-dry": lambda e: ["prune", "--job", str(e.job_id), "--keep-within", "1s"],
     "prune-job-json": lambda e: ["prune", "--job", str(e.job_id), "--keep-within", "1s", "--json"],

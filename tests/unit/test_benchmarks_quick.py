@@ -126,3 +126,28 @@ def test_quick_suite_without_cluster(tmp_path):
     assert sqlite["extra"]["counts"]["barrier_ack"] == 3 * 2 * 4 * 5
     assert any(u["bench"] == "e2e" and "no dev cluster" in u["reason"] for u in data["unavailable"])
     assert "slurm-snap benchmark results" in proc.stdout and "not available" in proc.stdout
+
+
+def test_transfer_benchmark_runs_in_the_suite(tmp_path):
+    """benchmarks/run lists the transfer benchmark (issue 23) and folds its
+    rows in: two real btrfs on loop devices, so root."""
+    from realcomponents import require
+    import loopfs
+
+    require(os.geteuid() == 0, "the transfer benchmark mounts loop devices: needs root")
+    require(not loopfs.missing("btrfs"), f"btrfs on loop: {loopfs.missing('btrfs')}")
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([str(BENCH / "run"), "--quick", "--only", "transfer", "--no-cluster", "--json", str(out)],
+                          capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["unavailable"] == [], data["unavailable"]
+    rows = {r["case"].split(": ", 1)[1]: r for r in data["rows"]}
+    assert [r["bench"] for r in data["rows"]] == ["transfer"] * 3, data["rows"]
+    full = rows["full (btrfs send)"]
+    incremental = next(r for c, r in rows.items() if c.startswith("incremental"))
+    assert full["value"] > 0 and incremental["reference"] == full["value"]
+    # Only what changed travels: a few files' bytes against the whole volume's.
+    moved = lambda r: float(r["note"].split(" MiB moved")[0])  # noqa: E731
+    assert 0 < moved(incremental) < moved(full) / 5, (incremental["note"], full["note"])
+    assert "10. a node-local part to another node" in proc.stdout

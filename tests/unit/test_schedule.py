@@ -271,3 +271,55 @@ def test_schedule_is_for_operators(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SUDO_UID", "1")          # an ordinary user through sudo: not an operator
     assert main(["--config", str(cfg), "schedule", "--dry-run"]) == 4
     assert "operators only" in capsys.readouterr().err
+
+
+def test_with_partner_copies_drills_start_after_the_copies_and_are_placed(inventory, monkeypatch):
+    """[restore] partner_copies: the pass's partner copies are made before its
+    drills start (so a drill can bring a part from its copy), and the runner's
+    own drill asks for a placement on other nodes, from copies, for sets with
+    node-local parts only."""
+    with inventory.session() as repo:
+        a = add_run(repo, 1, every=None, options={"resume_cmd": "python train.py"}, at=T0)
+        set_id = add_set(repo, a, at=T0 + dt.timedelta(minutes=1))
+    order: list[str] = []
+    copying = threading.Event()
+
+    def partners(self):
+        copying.set()
+        order.append("partners")
+        return ["a partner copy"]
+
+    monkeypatch.setattr(Runner, "_partners", partners)
+    fake = Fake({})
+
+    def drill(c):
+        assert copying.is_set()
+        order.append(f"drill {c.set_id}")
+        return fake.drill(c)
+
+    cfg = cfg_with(drills=2, restore={"verify_within": "1h", "partner_copies": True})
+    r = Runner(cfg, inventory, running=fake.running, snapshot=fake.snapshot, drill=drill,
+               clock=lambda: T0 + dt.timedelta(minutes=10), sleep=fake.sleeps.append)
+    report = r.pass_once()
+    assert order == ["partners", f"drill {set_id}"] and report.partners == ["a partner copy"]
+
+    # The runner's own drill: placed on other nodes, from partner copies, node-local sets only.
+    from slurm_snap.restore import drill as drill_mod
+
+    asked = {}
+
+    class Recording:
+        def __init__(self, cfg, inv, **kw):
+            asked["submitter"] = kw.get("submitter")
+
+        def run(self, selector, **kw):
+            asked.update(selector=selector, **kw)
+            return drill_mod.Outcome(set_id=set_id, job_id=1, test_id=1, passed=True, reason="")
+
+    monkeypatch.setattr(drill_mod, "Drill", Recording)
+    from slurm_snap.schedule import DrillCandidate
+
+    Runner(cfg, inventory)._drill(DrillCandidate(set_id=set_id, job_id=1, user_name="alice", cut_at=T0,
+                                                 resume_cmd="x"))
+    assert asked["selector"] == f"set:{set_id}" and asked["submitter"] is not None
+    assert asked["placement"] == drill_mod.Placement(prefer_copies=True, only_node_local=True)
