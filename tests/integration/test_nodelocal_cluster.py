@@ -46,16 +46,15 @@ def _scontrol(cluster, *args: str):
     return proc
 
 
-def test_requeued_onto_other_nodes_resumes_with_every_ranks_node_local_state(cluster4):
-    cluster = cluster4
-    train = cluster.write_user_file("train-nodelocal.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
-    out = cluster.make_user_dir(f"nodelocal-{time.monotonic_ns()}")
-    jid = cluster.sbatch("-p", "low", "--requeue", "--open-mode=append", "--snapshot-on-preempt",
-                         "--snapshot-independent-ranks", "-N2", "--ntasks-per-node=1", "-c1",
-                         "--snapshot-volumes=scratch,pfs", "-o", f"{out}/slurm-%j.out",
+def _start_training(cluster, name: str, *sbatch_args: str):
+    """A 2-node job of independent ranks checkpointing to node-local scratch,
+    running and 10 steps in: (job id, its log, its two nodes)."""
+    train = cluster.write_user_file(f"train-{name}.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
+    out = cluster.make_user_dir(f"{name}-{time.monotonic_ns()}")
+    jid = cluster.sbatch("-p", "low", "--snapshot-independent-ranks", "-N2", "--ntasks-per-node=1", "-c1",
+                         "--snapshot-volumes=scratch,pfs", *sbatch_args, "-o", f"{out}/slurm-%j.out",
                          script=BATCH.format(train=train, python=cluster.python, scratch=cluster.scratch))
     log = out / f"slurm-{jid}.out"
-    drained: list[str] = []
     try:
         first = cluster.wait_state(jid, "RUNNING", timeout=60)
         old = cluster.run(["scontrol", "show", "hostnames", first.nodes], timeout=30).stdout.split()
@@ -64,21 +63,60 @@ def test_requeued_onto_other_nodes_resumes_with_every_ranks_node_local_state(clu
         while len(re.findall(r"^step \d+", log.read_text() if log.exists() else "", re.M)) < 10:
             assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
             time.sleep(0.2)
+    except BaseException:
+        cluster.cancel(jid)   # the session's cluster goes on to the next test
+        raise
+    return jid, log, old
 
-        # The preemptor wants exactly the job's nodes; once the job is off
-        # them, they are drained, so the requeued run can only go elsewhere.
-        cluster.sbatch("-p", "high", "-w", ",".join(old), "--exclusive", "-o", "/dev/null", "-J", "preemptor",
-                       "--wrap", "/bin/true")
-        cluster.wait_for(jid, lambda j: j is not None and j.restart_count >= 1, timeout=90, what="requeue",
-                         interval=0.2)
+
+def _preempt(cluster, jid: int, nodes: list[str]) -> None:
+    """A preemptor that wants exactly the job's nodes; returns once the job is requeued."""
+    cluster.sbatch("-p", "high", "-w", ",".join(nodes), "--exclusive", "-o", "/dev/null", "-J", "preemptor",
+                   "--wrap", "/bin/true")
+    cluster.wait_for(jid, lambda j: j is not None and j.restart_count >= 1, timeout=90, what="requeue",
+                     interval=0.2)
+
+
+def _wait_preempt_set(cluster, jid: int):
+    deadline = time.monotonic() + 120
+    while (found := cluster.inventory(_preempt_set, jid)) is None:
+        assert time.monotonic() < deadline, f"no finished preemption set; hook log:\n{cluster.hook_log()[-4000:]}"
+        time.sleep(0.5)
+    return found
+
+
+_RESUMED = re.compile(r"^resumed from step (\d+) \((.*)\)$", re.M)
+
+
+def _wait_resumed(cluster, log: Path, ranks: int = 2) -> list[tuple[str, str]]:
+    """(step, checkpoint path) of each rank's 'resumed from' line."""
+    deadline = time.monotonic() + 120
+    while len(_RESUMED.findall(log.read_text())) < ranks:
+        assert time.monotonic() < deadline, \
+            f"requeued run did not resume:\n{log.read_text()[-3000:]}\n{cluster.hook_log()[-3000:]}"
+        time.sleep(0.5)
+    return _RESUMED.findall(log.read_text())
+
+
+def _snapshot_and_cancel(cluster, jid: int) -> int:
+    """An on-demand set of the running job, then the job cancelled: the set's id."""
+    snap = cluster.cli("snapshot", str(jid), "--json", "--deadline", "30", host="login", user=cluster.user)
+    assert snap.returncode == 0, snap.stderr
+    cluster.cancel(jid)
+    cluster.wait_state(jid, {"CANCELLED", "COMPLETED", "FAILED"}, timeout=90)
+    return json.loads(snap.stdout)["set_id"]
+
+
+def test_requeued_onto_other_nodes_resumes_with_every_ranks_node_local_state(cluster4):
+    cluster = cluster4
+    drained: list[str] = []
+    jid, log, old = _start_training(cluster, "nodelocal", "--requeue", "--open-mode=append", "--snapshot-on-preempt")
+    try:
+        # Once the job is off its nodes they are drained, so the requeued run can only go elsewhere.
+        _preempt(cluster, jid, old)
         _scontrol(cluster, "update", f"nodename={','.join(old)}", "state=drain", "reason=issue23 test")
         drained = old
-
-        deadline = time.monotonic() + 120
-        while (found := cluster.inventory(_preempt_set, jid)) is None:
-            assert time.monotonic() < deadline, f"no finished preemption set; hook log:\n{cluster.hook_log()[-4000:]}"
-            time.sleep(0.5)
-        set_id, state, consistency, reason, acks = found
+        set_id, state, consistency, reason, acks = _wait_preempt_set(cluster, jid)
         assert (state, consistency) == ("COMPLETE", "app-consistent"), reason
         assert sorted(n for n, _s in acks.values()) == sorted(old)
 
@@ -86,13 +124,7 @@ def test_requeued_onto_other_nodes_resumes_with_every_ranks_node_local_state(clu
         new = cluster.run(["scontrol", "show", "hostnames", second.nodes], timeout=30).stdout.split()
         assert len(new) == 2 and not set(new) & set(old), (old, new)
 
-        pattern = re.compile(r"^resumed from step (\d+) \((.*)\)$", re.M)
-        deadline = time.monotonic() + 120
-        while len(pattern.findall(log.read_text())) < 2:
-            assert time.monotonic() < deadline, \
-                f"requeued run did not resume:\n{log.read_text()[-3000:]}\n{cluster.hook_log()[-3000:]}"
-            time.sleep(0.5)
-        resumed = pattern.findall(log.read_text())
+        resumed = _wait_resumed(cluster, log)
         # Each rank resumed from its own acknowledged step, from its own part
         # (a snapshot under the node-local scratch), now on its new node.
         assert sorted(int(s) for s, _ in resumed) == sorted(s for _n, s in acks.values()), (resumed, acks)
@@ -157,35 +189,16 @@ def _parts(repo, set_id: int):
 
 def test_with_partner_copies_a_destroyed_disk_loses_no_set_and_the_run_resumes(cluster4):
     cluster = cluster4
-    train = cluster.write_user_file("train-partner.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
-    out = cluster.make_user_dir(f"partner-{time.monotonic_ns()}")
-    jid = cluster.sbatch("-p", "low", "--requeue", "--open-mode=append", "--snapshot-on-preempt",
-                         "--snapshot-independent-ranks", "-N2", "--ntasks-per-node=1", "-c1",
-                         "--snapshot-volumes=scratch,pfs", "-o", f"{out}/slurm-%j.out",
-                         script=BATCH.format(train=train, python=cluster.python, scratch=cluster.scratch))
-    log = out / f"slurm-{jid}.out"
     drained: list[str] = []
+    jid, log, old = _start_training(cluster, "partner", "--requeue", "--open-mode=append", "--snapshot-on-preempt")
     try:
-        first = cluster.wait_state(jid, "RUNNING", timeout=60)
-        old = cluster.run(["scontrol", "show", "hostnames", first.nodes], timeout=30).stdout.split()
-        deadline = time.monotonic() + 90
-        while len(re.findall(r"^step \d+", log.read_text() if log.exists() else "", re.M)) < 10:
-            assert time.monotonic() < deadline, "training did not start"
-            time.sleep(0.2)
-        cluster.sbatch("-p", "high", "-w", ",".join(old), "--exclusive", "-o", "/dev/null", "-J", "preemptor",
-                       "--wrap", "/bin/true")
-        cluster.wait_for(jid, lambda j: j is not None and j.restart_count >= 1, timeout=90, what="requeue",
-                         interval=0.2)
+        _preempt(cluster, jid, old)
         # Keep the requeued run waiting while the partner copies are made and a disk is destroyed.
         deadline = time.monotonic() + 30
         while cluster.run(["scontrol", "hold", str(jid)], timeout=30, host="ctl").returncode != 0:
             assert time.monotonic() < deadline, "could not hold the requeued job"
             time.sleep(0.2)
-        deadline = time.monotonic() + 120
-        while (found := cluster.inventory(_preempt_set, jid)) is None:
-            assert time.monotonic() < deadline, f"no finished preemption set; hook log:\n{cluster.hook_log()[-4000:]}"
-            time.sleep(0.5)
-        set_id, state, consistency, reason, acks = found
+        set_id, state, consistency, reason, acks = _wait_preempt_set(cluster, jid)
         assert (state, consistency) == ("COMPLETE", "app-consistent"), reason
 
         # The schedule runner with partner copies on: each part to the job's other node.
@@ -224,13 +237,7 @@ def test_with_partner_copies_a_destroyed_disk_loses_no_set_and_the_run_resumes(c
         second = cluster.wait_state(jid, "RUNNING", timeout=120)
         new = cluster.run(["scontrol", "show", "hostnames", second.nodes], timeout=30).stdout.split()
         assert not set(new) & set(old), (old, new)
-        pattern = re.compile(r"^resumed from step (\d+) \((.*)\)$", re.M)
-        deadline = time.monotonic() + 120
-        while len(pattern.findall(log.read_text())) < 2:
-            assert time.monotonic() < deadline, \
-                f"requeued run did not resume:\n{log.read_text()[-3000:]}\n{cluster.hook_log()[-3000:]}"
-            time.sleep(0.5)
-        resumed = pattern.findall(log.read_text())
+        resumed = _wait_resumed(cluster, log)
         assert sorted(int(s) for s, _ in resumed) == sorted(s for _n, s in acks.values()), (resumed, acks)
         # The lost node's part came from its partner copy.
         moved = [c for c in cluster.inventory(_copies, set_id) if c[1] in new]
@@ -286,27 +293,11 @@ def test_drill_on_other_nodes_brings_each_ranks_part_and_leaves_nothing(cluster4
     nothing of the set, each from its own node-local part brought there, and
     leaves no clone or copy on any node."""
     cluster = cluster4
-    train = cluster.write_user_file("train-drill.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
     prog = cluster.write_user_file("drill-ranks.py", DRILL, mode=0o644)
-    out = cluster.make_user_dir(f"drill-{time.monotonic_ns()}")
     seen = cluster.make_user_dir(f"drill-seen-{time.monotonic_ns()}")
-    jid = cluster.sbatch("-p", "low", "--snapshot-independent-ranks", "-N2", "--ntasks-per-node=1", "-c1",
-                         "--snapshot-volumes=scratch,pfs", "-o", f"{out}/slurm-%j.out",
-                         script=BATCH.format(train=train, python=cluster.python, scratch=cluster.scratch))
-    log = out / f"slurm-{jid}.out"
+    jid, _log, old = _start_training(cluster, "drill")
     try:
-        first = cluster.wait_state(jid, "RUNNING", timeout=60)
-        old = cluster.run(["scontrol", "show", "hostnames", first.nodes], timeout=30).stdout.split()
-        assert len(old) == 2, first.nodes
-        deadline = time.monotonic() + 90
-        while len(re.findall(r"^step \d+", log.read_text() if log.exists() else "", re.M)) < 10:
-            assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
-            time.sleep(0.2)
-        snap = cluster.cli("snapshot", str(jid), "--json", "--deadline", "30", host="login", user=cluster.user)
-        assert snap.returncode == 0, snap.stderr
-        set_id = json.loads(snap.stdout)["set_id"]
-        cluster.cancel(jid)
-        cluster.wait_state(jid, {"CANCELLED", "COMPLETED", "FAILED"}, timeout=90)
+        set_id = _snapshot_and_cancel(cluster, jid)
         acks, parts, state = cluster.inventory(_set_parts, set_id)
         assert state == "COMPLETE" and sorted(n for n, _r in parts) == sorted(old), (state, parts)
 
@@ -357,27 +348,11 @@ def test_scheduled_drill_with_partner_copies_runs_elsewhere_from_the_copies(clus
     that cut nothing of it, each part brought from its partner copy (proving
     the copy), and keeps the partner copies while removing its own."""
     cluster = cluster4
-    train = cluster.write_user_file("train-sched-drill.py", (REPO / "examples" / "train.py").read_text(), mode=0o755)
     prog = cluster.write_user_file("drill-ranks-sched.py", DRILL, mode=0o644)
-    out = cluster.make_user_dir(f"sched-drill-{time.monotonic_ns()}")
     seen = cluster.make_user_dir(f"sched-drill-seen-{time.monotonic_ns()}")
-    jid = cluster.sbatch("-p", "low", "--snapshot-independent-ranks", "-N2", "--ntasks-per-node=1", "-c1",
-                         "--snapshot-volumes=scratch,pfs", f"--snapshot-resume-cmd=srun {cluster.python} {prog} {seen}",
-                         "-o", f"{out}/slurm-%j.out",
-                         script=BATCH.format(train=train, python=cluster.python, scratch=cluster.scratch))
-    log = out / f"slurm-{jid}.out"
+    jid, _log, old = _start_training(cluster, "sched-drill", f"--snapshot-resume-cmd=srun {cluster.python} {prog} {seen}")
     try:
-        first = cluster.wait_state(jid, "RUNNING", timeout=60)
-        old = cluster.run(["scontrol", "show", "hostnames", first.nodes], timeout=30).stdout.split()
-        deadline = time.monotonic() + 90
-        while len(re.findall(r"^step \d+", log.read_text() if log.exists() else "", re.M)) < 10:
-            assert time.monotonic() < deadline, f"training did not start:\n{log.read_text() if log.exists() else ''}"
-            time.sleep(0.2)
-        snap = cluster.cli("snapshot", str(jid), "--json", "--deadline", "30", host="login", user=cluster.user)
-        assert snap.returncode == 0, snap.stderr
-        set_id = json.loads(snap.stdout)["set_id"]
-        cluster.cancel(jid)
-        cluster.wait_state(jid, {"CANCELLED", "COMPLETED", "FAILED"}, timeout=90)
+        set_id = _snapshot_and_cancel(cluster, jid)
         acks, parts, state = cluster.inventory(_set_parts, set_id)
         assert state == "COMPLETE", state
 
