@@ -42,6 +42,17 @@ class PartView:
     volume: str
     name: str
 
+    @classmethod
+    def of(cls, snapshot) -> "PartView":
+        """From an inventory Snapshot row, read while its session is open."""
+        return cls(snapshot.id, snapshot.volume.volume_class, snapshot.node, snapshot.ref, snapshot.path,
+                   snapshot.backend, snapshot.volume.path, snapshot.name)
+
+    def snapshot_ref(self) -> SnapshotRef:
+        """The backend's handle of this part (the same ref on whichever node holds a copy)."""
+        return SnapshotRef(backend=self.backend, volume=self.volume, name=self.name, ref=self.ref,
+                           path=self.path or None)
+
 
 @dataclasses.dataclass(frozen=True)
 class Move:
@@ -129,11 +140,8 @@ def execute(cfg, moves: list[Move], *, budget: float, for_restart: int | None, p
         if left <= 0:
             return CopyRecord(**base, state="FAILED",
                               error=f"not started: the {budget:g} s budget (restore.move_budget) was spent")
-        ref = SnapshotRef(backend=m.part.backend, volume=m.part.volume, name=m.part.name, ref=m.part.ref,
-                          path=m.part.path or None)
-        parent = None if m.parent is None else SnapshotRef(
-            backend=m.parent.backend, volume=m.parent.volume, name=m.parent.name, ref=m.parent.ref,
-            path=m.parent.path or None)
+        ref = m.part.snapshot_ref()
+        parent = None if m.parent is None else m.parent.snapshot_ref()
         try:
             source, target = backend_on(m.part.volume_class, m.source_node), backend_on(m.part.volume_class, m.to_node)
             try:

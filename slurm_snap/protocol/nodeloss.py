@@ -19,6 +19,7 @@ from ..errors import SnapError
 from .. import states as S
 # repair imports this module only inside repair(): no cycle. One action type for
 # everything repair reports, so its CLI prints and serialises them alike.
+from .nodelocal import PartView
 from .repair import RepairAction
 
 _LOST_STATES = ("down", "drain", "fail")
@@ -54,15 +55,12 @@ def check(cfg, inventory, *, node_states: dict[str, tuple[str, str]] | None = No
         from ..backends.factory import backend_on_node
 
         backend_on = lambda vclass, node: backend_on_node(cfg, vclass, node)  # noqa: E731
-    from ..backends.base import SnapshotRef
-
     with inventory.session(readonly=True) as repo:
         todo = []
         for st in repo.sets_in_states(S.RESTORABLE):
             # LOST parts too: one already lost lives on only in its copies,
             # and the set must hear when the last of them goes.
-            parts = [(p.id, p.node, p.volume.volume_class, p.backend, p.volume.path, p.name, p.ref, p.path,
-                      p.error if p.state == "LOST" else None)
+            parts = [(PartView.of(p), p.error if p.state == "LOST" else None)
                      for p in repo.snapshots(st.id) if p.state in ("CUT", "LOST") and p.volume.scope == "node-local"]
             if parts:
                 copies = [(c.id, c.snapshot_id, c.node) for c in repo.copies(st.id, states=("OK",))]
@@ -70,20 +68,20 @@ def check(cfg, inventory, *, node_states: dict[str, tuple[str, str]] | None = No
     actions = []
     for set_id, job_id, state, parts, copies in todo:
         lost_parts: dict[int, str] = {}
-        known_lost = {p[0]: p[8] for p in parts if p[8] is not None}
-        for pid, node, vclass, backend, volume, name, ref, path, earlier in parts:
+        known_lost = {v.snapshot_id: earlier for v, earlier in parts if earlier is not None}
+        for v, earlier in parts:
             if earlier is not None:
-                lost_parts[pid] = earlier
-            elif node in lost_nodes:
-                lost_parts[pid] = f"node {node} lost ({lost_nodes[node]})"
+                lost_parts[v.snapshot_id] = earlier
+            elif v.node in lost_nodes:
+                lost_parts[v.snapshot_id] = f"node {v.node} lost ({lost_nodes[v.node]})"
             elif probe:
                 try:
-                    there = backend_on(vclass, node).exists(SnapshotRef(backend, volume, name, ref, path or None))
+                    there = backend_on(v.volume_class, v.node).exists(v.snapshot_ref())
                 except SnapError as exc:
-                    errors.append(f"set {set_id}: cannot check {ref} on {node}: {exc}")
+                    errors.append(f"set {set_id}: cannot check {v.ref} on {v.node}: {exc}")
                     continue
                 if not there:
-                    lost_parts[pid] = f"snapshot {ref} is no longer on {node}'s disk"
+                    lost_parts[v.snapshot_id] = f"snapshot {v.ref} is no longer on {v.node}'s disk"
         lost_copies = [cid for cid, _pid, node in copies if node in lost_nodes]
         if not lost_copies and set(lost_parts) == set(known_lost):
             continue   # nothing new since the last pass
@@ -92,14 +90,15 @@ def check(cfg, inventory, *, node_states: dict[str, tuple[str, str]] | None = No
             if node not in lost_nodes:
                 survivors.setdefault(pid, node)
         gone = {pid: why for pid, why in lost_parts.items() if pid not in survivors}
-        by_id = {p[0]: p for p in parts}
+        by_id = {v.snapshot_id: v for v, _e in parts}
         if gone:
-            what = "; ".join(f"{by_id[pid][2]} part of {by_id[pid][1]}: {why}, and no copy elsewhere"
+            what = "; ".join(f"{by_id[pid].volume_class} part of {by_id[pid].node}: {why}, and no copy elsewhere"
                              for pid, why in sorted(gone.items()))
             new_state, reason = S.PARTIAL, f"node lost: {what}"
         else:
             new_state, reason = state, ""
-        saved = "; ".join(f"{by_id[pid][2]} part of {by_id[pid][1]}: {why}; a copy survives on {survivors[pid]}"
+        saved = "; ".join(f"{by_id[pid].volume_class} part of {by_id[pid].node}: {why}; "
+                          f"a copy survives on {survivors[pid]}"
                           for pid, why in sorted(lost_parts.items()) if pid in survivors)
         if not reason and not saved:
             saved = "copies on " + ", ".join(sorted({n for _c, _p, n in copies if n in lost_nodes})) + " lost"

@@ -22,10 +22,6 @@ def partner_of(node: str, nodes: list[str]) -> str | None:
     return nodes[(nodes.index(node) + 1) % len(nodes)]
 
 
-def _view(p) -> nodelocal.PartView:
-    return nodelocal.PartView(p.id, p.volume.volume_class, p.node, p.ref, p.path, p.backend, p.volume.path, p.name)
-
-
 def make_copies(cfg, inventory, *, limit: int = 100, backend_on=None) -> list[CopyRecord]:
     """One pass: copy the parts that need a partner (at most `limit`), within
     restore.partner_budget; every copy (or failure) is recorded."""
@@ -37,8 +33,8 @@ def make_copies(cfg, inventory, *, limit: int = 100, backend_on=None) -> list[Co
                 continue
             parent = repo.partner_parent(node=p.node, partner=partner, volume_path=p.volume.path,
                                          before_set=p.set_id)
-            moves.append(((p.set_id, p.set.job_id), nodelocal.Move(_view(p), partner, (), p.node,
-                                                   _view(parent) if parent is not None else None)))
+            moves.append(((p.set_id, p.set.job_id), nodelocal.Move(nodelocal.PartView.of(p), partner, (), p.node,
+                                                   nodelocal.PartView.of(parent) if parent is not None else None)))
     if not moves:
         return []
     records = nodelocal.execute(cfg, [m for _s, m in moves], budget=cfg.restore.partner_budget, for_restart=None,

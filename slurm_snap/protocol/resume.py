@@ -60,9 +60,7 @@ def resume_point(cfg, inventory, job_id: int, *, nodes: list | None = None, rest
             part, inside = _part_for(live, a.node, parts)
             # Ids, not rows: the rows are not read after the transaction.
             per_rank[a.rank] = (a.node, live, part.id if part is not None else None, inside)
-        views = {p.id: nodelocal.PartView(p.id, p.volume.volume_class, p.node, p.ref, p.path, p.backend,
-                                          p.volume.path, p.name)
-                 for p in parts if p.volume.scope == "node-local"}
+        views = {p.id: nodelocal.PartView.of(p) for p in parts if p.volume.scope == "node-local"}
         first = min(acks, key=lambda a: a.rank)
         if step is None:
             step = first.step

@@ -204,7 +204,7 @@ def _usable_nodes() -> list[str]:
     return [n for n, (state, _why) in node_states().items() if state.lower() in USABLE_STATES]
 
 
-def place(snapshots, old_nodes: list[str], acks, copies, place: Placement,
+def place(snapshots, old_nodes: list[str], acks, copies, placement: Placement,
           usable: Callable[[], list[str]]) -> Placed:
     """Resolve a placement against a set: the drill's nodes, and the moves
     that put each rank's node-local parts on its node (nodelocal.follow, the
@@ -213,8 +213,8 @@ def place(snapshots, old_nodes: list[str], acks, copies, place: Placement,
     local = [s for s in snapshots if s.volume.scope == "node-local"]
     old_nodes = list(old_nodes) or sorted({s.node for s in local})
     cut = {s.node for s in local}
-    if place.nodes:
-        nodes = list(place.nodes)
+    if placement.nodes:
+        nodes = list(placement.nodes)
         if len(set(nodes)) != len(nodes):
             raise errors.BadValueError(what="--nodelist", value=",".join(nodes), why="names a node twice")
         # Root reaches these hosts over SSH to bring the parts: only nodes
@@ -236,7 +236,7 @@ def place(snapshots, old_nodes: list[str], acks, copies, place: Placement,
     if len(nodes) < len(old_nodes):
         raise errors.Conflict(f"the drill needs {len(old_nodes)} node(s) at the job's positions "
                               f"({','.join(old_nodes)}) but has {','.join(nodes) or 'none'}"
-                              + ("" if place.nodes else " usable outside the nodes that cut the set"))
+                              + ("" if placement.nodes else " usable outside the nodes that cut the set"))
     nodes = nodes[:len(old_nodes)]
     # One rank per node when the set has no acknowledgements (crash-consistent):
     # position k stands for the job's node k.
@@ -245,10 +245,9 @@ def place(snapshots, old_nodes: list[str], acks, copies, place: Placement,
     for c in copies:
         held.setdefault(c.snapshot_id, set()).add(c.node)
     lost = frozenset(s.node for s in local if s.state == "LOST")
-    views = [nodelocal.PartView(s.id, s.volume.volume_class, s.node, s.ref, s.path, s.backend, s.volume.path,
-                                s.name) for s in local]
+    views = [nodelocal.PartView.of(s) for s in local]
     rank_new, moves, unplaceable = nodelocal.follow(views, old_nodes, nodes, rank_old, held, lost,
-                                                    prefer_copies=place.prefer_copies)
+                                                    prefer_copies=placement.prefer_copies)
     target: dict[int, str] = {}
     for s in local:
         news = sorted({rank_new.get(r) for r, n in rank_old.items() if n == s.node} - {None})
