@@ -34,8 +34,7 @@ import datetime as dt
 import logging
 import threading
 import time
-import concurrent.futures
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -184,7 +183,7 @@ class Runner:
             def drill_after_partners(c: DrillCandidate) -> Drilled:
                 if partners is not None:
                     # Done either way; its outcome is reported with the pass, not per drill.
-                    concurrent.futures.wait([partners])
+                    wait([partners])
                 return self._one_drill(c)
 
             drill_futures = [drills.submit(drill_after_partners, c) for c in candidates]
