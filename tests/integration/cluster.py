@@ -296,7 +296,12 @@ class Cluster:
 
     # --- jobs ------------------------------------------------------------
     def jobs(self) -> list[Job]:
-        proc = self.run(["squeue", "--json"], timeout=30)
+        # -t all: 24.11 honours squeue's default filter (pending, running,
+        # completing) with --json and hides a job the moment it ends, so a
+        # one-second preemptor could start and end unseen between two polls;
+        # 22.05 ignores the filter and lists ended jobs until MinJobAge.
+        # Both versions then answer alike.
+        proc = self.run(["squeue", "--json", "-t", "all"], timeout=30)
         if proc.returncode != 0:
             raise ClusterError(f"squeue --json failed: {proc.stderr.strip()}")
         return [Job.from_json(j) for j in json.loads(proc.stdout).get("jobs", [])]
