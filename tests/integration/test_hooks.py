@@ -60,6 +60,13 @@ def _drained(cluster) -> list[str]:
     return [ln for ln in out if ln.strip() and ln.split()[1].startswith(("drain", "drng", "down"))]
 
 
+def _until(what, timeout: float, why) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, why()
+        time.sleep(0.3)
+
+
 def _wait_recorded(cluster, jid: int, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while True:
@@ -159,9 +166,13 @@ def test_backend_tool_missing_open_then_closed(cluster):
             j = cluster.job(jid2)
             assert j is not None and j.state != "COMPLETED", j
             cluster.cancel(jid2)
-    # A closed Prolog failure drains the node (Slurm's rule): give it back.
+            # A closed Prolog failure drains the node (Slurm's rule). Wait for
+            # the drain before giving the node back: a resume that lands first
+            # is undone by it, and the next test finds n2 drained.
+            _until(lambda: any(ln.startswith("n2 ") for ln in _drained(cluster)), 30,
+                   lambda: f"n2 was not drained by the closed Prolog failure: {_drained(cluster)}")
     cluster.run(["scontrol", "update", "nodename=n2", "state=resume"], timeout=30, host="ctl")
-    time.sleep(1)
+    _until(lambda: _drained(cluster) == [], 30, lambda: f"nodes still drained after resume: {_drained(cluster)}")
 
 
 def test_doctor_all_well_then_names_problems(cluster):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import time
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 JOBS = 36
+PROLOG_HUNG = re.compile(r"slurmstepd-n\d+: error: Prolog hung on node n\d+")
 
 
 def _missing(repo, ids):
@@ -37,7 +39,24 @@ def _drained(cluster) -> list[str]:
     return [ln for ln in out if ln.strip() and ln.split()[1].startswith(("drain", "drng", "down", "fail"))]
 
 
+def _text(path) -> str | None:
+    return path.read_text(errors="replace") if path.exists() else None
+
+
+def _busy(cluster) -> list[str]:
+    return [f"{j.job_id} {j.state} {j.nodes}" for j in cluster.jobs()
+            if j.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")]
+
+
 def test_many_jobs_opting_in_at_once(cluster):
+    # The session's cluster is shared: start from an idle one, so that what
+    # an earlier test left (a drained node, a job still ending) is named as
+    # such instead of failing this test's own counts.
+    assert _drained(cluster) == [], "a node was left drained by an earlier test"
+    deadline = time.monotonic() + 60
+    while (busy := _busy(cluster)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert busy == [], f"jobs of earlier tests still in the queue after 60 s: {busy}"
     out = cluster.make_user_dir(f"load-{time.monotonic_ns()}")
     t0 = time.monotonic()
     ids = [cluster.sbatch("-N1", "-n1", "--snapshot-volumes=scratch", "-J", f"load{i}", "-o", f"{out}/%j.out",
@@ -45,15 +64,33 @@ def test_many_jobs_opting_in_at_once(cluster):
            for i in range(JOBS)]
     submitted = time.monotonic() - t0
     deadline = time.monotonic() + 150
+    ended = {}
     for jid in ids:
-        cluster.wait_state(jid, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"},
-                           timeout=max(5, deadline - time.monotonic()))
+        job = cluster.wait_state(jid, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"},
+                                 timeout=max(5, deadline - time.monotonic()))
+        ended[jid] = job.state if job else "gone"
     wall = time.monotonic() - t0
     print(f"\nload on the cluster: {JOBS} jobs submitted in {submitted:.1f} s, all finished in {wall:.1f} s")
 
-    # every job ran to the end
-    not_done = [j for j in ids if not (out / f"{j}.out").exists() or (out / f"{j}.out").read_text().strip() != "done"]
-    assert not_done == [], f"jobs without output: {not_done}"
+    # Every job ran to the end: its output is its script's one line, and
+    # nothing else but Slurm's own notice that a Prolog ran past
+    # MessageTimeout - 2 s (slurmd sends it by the clock, measured here when
+    # the 3 nodes and the controller share 2 cores with 24 starting jobs;
+    # counted and printed, never a reason to pass a job that did not finish).
+    # Any slurm-snap notice in a job's output fails it.
+    hung = 0
+    not_done = []
+    for j in ids:
+        lines = (_text(out / f"{j}.out") or "").splitlines()
+        slurm = [ln for ln in lines if PROLOG_HUNG.fullmatch(ln)]
+        hung += len(slurm)
+        if [ln for ln in lines if ln not in slurm] != ["done"]:
+            not_done.append(j)
+    print(f"Slurm's 'Prolog hung' notice in {hung} of {JOBS} jobs' output")
+    assert not_done == [], (f"jobs without output: {[(j, ended[j], _text(out / f'{j}.out')) for j in not_done]}\n"
+                            + "\n".join(ln for ln in cluster.daemon_log().splitlines() + cluster.hook_log().splitlines()
+                                         if any(f"JobId={j} " in ln or f'"job_id": {j},' in ln
+                                                for j in not_done))[-6000:])
     # every run and its volume is recorded (PrologSlurmctld records in the
     # background: give the last recorders a moment) and prepared, on the node it ran on
     deadline = time.monotonic() + 60
@@ -62,16 +99,17 @@ def test_many_jobs_opting_in_at_once(cluster):
         if not missing or time.monotonic() > deadline:
             break
         time.sleep(0.2)
+    assert missing == [], f"runs never recorded: {missing}"
     uid = pwd.getpwnam(cluster.user).pw_uid
     for jid, (nodes, user, vols, failed_events) in cluster.inventory(_records, ids).items():
-        assert len(nodes) == 1 and user == cluster.user, jid
-        assert [(c, n) for c, n, _p in vols] == [("scratch", nodes[0])], jid
+        assert len(nodes) == 1 and user == cluster.user, (jid, nodes, user)
+        assert [(c, n) for c, n, _p in vols] == [("scratch", nodes[0])], (jid, vols)
         # prepared by the node Prolog: the job's own subvolume, owned by the user,
         # on the disk of the node it ran on and on no other
         st = os.stat(cluster.root_path(vols[0][2], nodes[0]))
-        assert st.st_ino == 256 and st.st_uid == uid, jid
+        assert st.st_ino == 256 and st.st_uid == uid, (jid, st.st_ino, st.st_uid)
         assert [n for n in cluster.nodes if cluster.root_path(vols[0][2], n).exists()] == nodes, jid
-        assert not failed_events, jid
+        assert not failed_events, (jid, failed_events)
     # no hook failed, no node drained
     failed = []
     for line in cluster.hook_log().splitlines():   # every host's hooks.log
@@ -81,4 +119,4 @@ def test_many_jobs_opting_in_at_once(cluster):
                 failed.append(rec)
     assert failed == []
     assert _drained(cluster) == []
-    assert wall < 170
+    assert wall < 170, wall
