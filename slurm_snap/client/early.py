@@ -128,7 +128,8 @@ class EarlyRelease:
 
     def _record(self, decision: str, **extra) -> None:
         self.outcome = decision
-        doc = {"epoch": self.epoch, "decision": decision, "at": self.clock(), **extra}
+        doc = {"epoch": self.epoch, "decision": decision, "at": self.clock()}
+        doc.update(extra)
         try:
             write_json(self.jobdir.early_path(self.epoch), doc, mode=0o600)
         except OSError:
@@ -151,12 +152,20 @@ class EarlyRelease:
             if not ok:
                 self._record("kept", why=why, all_acknowledged_at=seen_all)
                 return
+            # The requeue ends the job at once: Slurm signals every rank and
+            # kills them KillWait later, so nothing written after the call is
+            # sure to land (measured: a CI run's rank 0 died between the
+            # decision's temporary and its rename, and the set said "grace").
+            # The intent is written first, with the moment the request goes
+            # out; the outcome replaces it if this process lives to see it.
+            at = self.clock()
+            self._record("requeueing", why=why, all_acknowledged_at=seen_all, at=at)
             proc = self.run(["requeue", str(job)])
             if proc.returncode != 0:
                 self._record("failed", why=f"scontrol requeue exited {proc.returncode}: {proc.stderr.strip()[:200]}",
                              all_acknowledged_at=seen_all)
                 return
-            self._record("requeued", why=why, all_acknowledged_at=seen_all)
+            self._record("requeued", why=why, all_acknowledged_at=seen_all, at=at)
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
             self._record("failed", why=str(exc)[:200], all_acknowledged_at=seen_all)
 

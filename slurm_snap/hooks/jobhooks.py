@@ -168,8 +168,9 @@ def _prepare_volume(cfg: Config, spec: VolumeSpec, job: JobEnv, *, create: bool)
     os.chmod(spec.path, 0o750)
 
 
-def _preempt_time(cfg: Config, job: JobEnv) -> int:
-    """When the preemption began (epoch seconds), 0 if the job was not preempted.
+def _preempt_time(cfg: Config, job: JobEnv) -> tuple[int, int]:
+    """(When the preemption began, Slurm's PreemptTime as these epilogs see
+    it), epoch seconds; (0, 0) if the job was not preempted.
 
     Nothing in the hooks' environment says "preempted" (docs/design.md,
     "What the epilogs see at a preemption"); squeue does: the job is
@@ -188,8 +189,8 @@ def _preempt_time(cfg: Config, job: JobEnv) -> int:
 
     t = commands.squeue_job(job.job_id, timeout=cfg.timeouts.slurm_command).preempt_time
     if not t:
-        return 0
-    return max(1, t - _grace_seconds(cfg, job) - PREEMPT_SLACK)
+        return 0, 0
+    return max(1, t - _grace_seconds(cfg, job) - PREEMPT_SLACK), t
 
 
 def _grace_seconds(cfg: Config, job: JobEnv) -> int:
@@ -207,16 +208,17 @@ def _grace_seconds(cfg: Config, job: JobEnv) -> int:
     return 0
 
 
-def _not_preempted(cfg: Config, job: JobEnv) -> tuple[str, int]:
-    """(why the epilogs have nothing to do, "" when preempted; PreemptTime)."""
+def _not_preempted(cfg: Config, job: JobEnv) -> tuple[str, int, int]:
+    """(why the epilogs have nothing to do, "" when preempted; the request's
+    lower bound; Slurm's PreemptTime)."""
     if not job.on_preempt:
-        return "not --snapshot-on-preempt", 0
-    t = _preempt_time(cfg, job)
-    return ("" if t else "not preempted"), t
+        return "not --snapshot-on-preempt", 0, 0
+    t, slurm = _preempt_time(cfg, job)
+    return ("" if t else "not preempted"), t, slurm
 
 
 def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
-    why, t = _not_preempted(cfg, job)
+    why, t, _slurm = _not_preempted(cfg, job)
     if why:
         return why
     from ..protocol import preempt
@@ -226,14 +228,14 @@ def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
 
 
 def epilog(cfg: Config, inv, job: JobEnv) -> str:
-    why, t = _not_preempted(cfg, job)
+    why, t, slurm = _not_preempted(cfg, job)
     if why:
         return why
     from ..protocol import preempt
 
     from .policy import remaining
 
-    result = preempt.epilog_cut(cfg, inv, job, preempt_time=t, remaining=remaining())
+    result = preempt.epilog_cut(cfg, inv, job, preempt_time=t, killed_at=slurm, remaining=remaining())
     return f"preempted at {t}: {result}"
 
 

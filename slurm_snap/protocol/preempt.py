@@ -156,17 +156,26 @@ def early_text(doc: dict, requested_at: dt.datetime | None) -> str:
         return f" {at - requested_at.timestamp():.1f} s after the first signal"
     decision = str(doc.get("decision", "?"))[:20]
     why = str(doc.get("why", ""))[:300]
-    if decision == "requeued":
+    if decision in EARLY_DECISIONS:
         return (f"released early: every rank acknowledged{after('all_acknowledged_at')}, rank 0 requeued the job"
                 f"{after('at')} ({why})")
     return f"not released early ({decision}): {why}"
 
 
+# Rank 0's decisions that mean "the job was requeued by it" (client/early.py).
+# "requeueing" is the intent it writes before calling scontrol requeue, which
+# ends the job at once: left alone, rank 0 died inside the call. Had the call
+# failed, rank 0 would have lived to write "failed"; the one other way to die
+# there is Slurm's own kill at the end of GraceTime, and then the kill came
+# within the call's time of `at` either way.
+EARLY_DECISIONS = ("requeued", "requeueing")
+
+
 def release_of(early: dict | None, preempt_time: dt.datetime | None) -> tuple[dt.datetime, str] | None:
     """When and how the preempted job gave its nodes back: rank 0's requeue
-    (client/early.py's decision "requeued"), else Slurm's PreemptTime, which
-    the Epilogs see as the kill at the end of GraceTime."""
-    if early and early.get("decision") == "requeued" and isinstance(early.get("at"), (int, float)) \
+    (EARLY_DECISIONS), else Slurm's PreemptTime, which the Epilogs see as the
+    kill at the end of GraceTime."""
+    if early and early.get("decision") in EARLY_DECISIONS and isinstance(early.get("at"), (int, float)) \
             and not isinstance(early.get("at"), bool):
         return _as_time(early["at"]), "early"
     if preempt_time is not None:
@@ -355,9 +364,14 @@ class _JobRef:
     nodes: list
 
 
-def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_for=None, hook=None,
-               remaining: float | None = None) -> str:
+def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=utcnow, backend_for=None,
+               hook=None, remaining: float | None = None) -> str:
     """One node's share of the preemption set. Returns a one-line summary.
+
+    `preempt_time` is the request's lower bound (PreemptTime less GraceTime
+    and a slack, hooks.jobhooks); `killed_at` Slurm's PreemptTime itself,
+    which the Epilogs see as the kill: the release time when rank 0 did not
+    requeue the job (defaults to `preempt_time`).
 
     `remaining` is what is left of the hook's budget (hooks.policy.remaining();
     the whole hook_budget when None): the cut gets that less what recording
@@ -403,7 +417,8 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, clock=utcnow, backend_
         decided = read_early_decision(dirs, epoch) if node == head else None
         out = rec.record(set_id=set_id, job_id=job.job_id, node=node, parts=[r.record() for r in results],
                          preempt_known=t_pre is not None, early=decided,
-                         preempt_time=t_pre.timestamp() if t_pre else None)
+                         preempt_time=_as_time(killed_at).timestamp() if killed_at else
+                         (t_pre.timestamp() if t_pre else None))
         hook("record")
         return out
     finally:

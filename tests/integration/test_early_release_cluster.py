@@ -59,7 +59,9 @@ def test_preempted_job_is_released_early_requeued_once_with_one_set_and_resumes(
         assert started - t_preempt < GRACE / 2, (started - t_preempt)
         decision = json.loads((Path(cluster.env["SLURM_SNAP_PFS"]) / ".slurm-snap" / "barriers" / str(jid) / "ack"
                                / "early-preempt-0.decision").read_text())
-        assert decision["decision"] == "requeued", decision
+        # "requeueing" is written before the call and stays when the requeue
+        # killed rank 0 before it could write "requeued" (docs/contracts.md).
+        assert decision["decision"] in ("requeued", "requeueing"), decision
         # The set says so, with the numbers GraceTime is tuned with: first
         # signal -> last acknowledgement -> rank 0's requeue, in that order.
         release, requested, barrier, released = cluster.inventory(_release, set_id)

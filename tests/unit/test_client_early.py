@@ -6,6 +6,7 @@ tests/integration/test_early_release_cluster.py runs the real one."""
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -126,3 +127,48 @@ def test_only_rank_0_of_a_preemption_epoch_watches_and_only_when_allowed(tmp_pat
     from slurm_snap.jobdir import is_ack_name
 
     assert not is_ack_name(jd.early_path("preempt-0").rsplit("/", 1)[1])
+
+
+
+class KilledInRequeue(Scontrol):
+    """scontrol whose requeue does not return while the test looks (Slurm's
+    ends the calling process): what rank 0 wrote before the call is all the
+    Epilog would find."""
+
+    def __init__(self, jd):
+        super().__init__()
+        self.jd, self.on_disk, self.inside, self.done = jd, None, threading.Event(), threading.Event()
+
+    def __call__(self, args):
+        if args[0] == "requeue":
+            self.calls.append(args)
+            self.on_disk = early.read_decision(self.jd, "preempt-0")
+            self.inside.set()
+            self.done.wait(10)
+            return subprocess.CompletedProcess(args, 0, "", "")
+        return super().__call__(args)
+
+
+def test_the_intent_is_on_disk_before_the_requeue_ends_the_job(tmp_path):
+    from slurm_snap.protocol.preempt import release_of
+
+    jd = jobdir(tmp_path)
+    sc = KilledInRequeue(jd)
+    for r in range(3):
+        ack(jd, r)
+    w = watch(jd, sc)
+    try:
+        assert sc.inside.wait(5)
+        # Written before the call, with the moment the request went out; while
+        # the call has not returned, that is what the Epilog reads.
+        assert sc.on_disk["decision"] == "requeueing" and sc.on_disk["all_acknowledged_at"] <= sc.on_disk["at"]
+        assert early.read_decision(jd, "preempt-0") == sc.on_disk
+        # ... and counts as the early release it is, at that moment.
+        when, how = release_of(sc.on_disk, None)
+        assert how == "early" and abs(when.timestamp() - sc.on_disk["at"]) < 1e-5
+    finally:
+        sc.done.set()
+        w.join(5)
+    # Had the process lived, the outcome replaces it, keeping the moment.
+    final = early.read_decision(jd, "preempt-0")
+    assert (final["decision"], final["at"]) == ("requeued", sc.on_disk["at"]) and w.outcome == "requeued"

@@ -342,3 +342,21 @@ def test_the_request_time_is_what_the_ranks_observed_and_early_release_is_record
     # A later hook with Slurm's guess does not move the observed time back.
     preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), guess.timestamp())
     assert abs((the_set(env)[0].requested_at - first).total_seconds()) < 1e-3
+
+
+def test_a_grace_release_is_slurms_kill_not_the_request_bound(env):
+    """Without rank 0's requeue the nodes came back at Slurm's kill, which the
+    Epilogs see as PreemptTime (killed_at), never at the request's lower
+    bound (PreemptTime less GraceTime and a slack) they also get."""
+    bound = now() - dt.timedelta(seconds=40)
+    kill = now() - dt.timedelta(seconds=2)
+    first = now() - dt.timedelta(seconds=20)
+    for i, node in enumerate(env.nodes):
+        env.ack(node, i, "preempt-0", step=11, manifest=[env.write_checkpoint(node, i, step=11)],
+                signalled_at=first)
+    for n in env.nodes:
+        preempt.epilog_cut(env.cfg, env.inv, job(env, n), preempt_time=bound.timestamp(),
+                           killed_at=kill.timestamp())
+    st = the_set(env)[0]
+    assert st.release == "grace" and abs((st.released_at - kill).total_seconds()) < 1e-3
+    assert st.requested_at <= st.released_at
