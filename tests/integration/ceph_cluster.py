@@ -116,13 +116,21 @@ def _wait(what: str, ok, procs: dict[str, subprocess.Popen], tmp: str, deadline:
         try:
             if not dead and ok():
                 return
-        except (RuntimeError, subprocess.TimeoutExpired):
-            pass  # the mon answers errors while it is still electing itself
+        except (RuntimeError, subprocess.TimeoutExpired, ValueError):
+            pass  # the mon answers errors (the mgr half-made JSON) while still starting
         if dead or time.monotonic() > deadline:
             logs = "".join(f"\n--- {f}\n" + open(os.path.join(tmp, "log", f)).read()[-2000:]
                            for f in sorted(os.listdir(os.path.join(tmp, "log"))))
             pytest.fail(f"ceph: {what} not reached (exited: {dead}); logs:{logs}")
         time.sleep(0.2)
+
+
+def _mds_active(fs) -> bool:
+    """Whether the filesystem's MDS is active. `ceph fs status` is the mgr's:
+    while the mgr's status module is still loading it answers without an
+    `mdsmap` (a CI run on a fresh machine got that), which is "not yet"."""
+    ranks = json.loads(fs.ceph("fs", "status", FS_NAME, "-f", "json")).get("mdsmap") or []
+    return any(r.get("state") == "active" for r in ranks if isinstance(r, dict))
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -212,8 +220,7 @@ def cephfs_cluster():
         client_keyring = os.path.join(tmp, "client.keyring")
         with open(client_keyring, "w") as f:
             f.write(fs.ceph("fs", "authorize", FS_NAME, fs.client, "/", "rws"))
-        _wait("an active MDS", lambda: json.loads(fs.ceph("fs", "status", FS_NAME, "-f", "json"))["mdsmap"][0]
-              ["state"] == "active", procs, tmp, deadline)
+        _wait("an active MDS", lambda: _mds_active(fs), procs, tmp, deadline)
         procs["fuse"] = _spawn(tmp, "fuse", [which("ceph-fuse"), "-f", "-c", conf, "-n", fs.client, "-k",
                                              client_keyring, "--client_fs", FS_NAME, fs.mountpoint])
         mounted = True
