@@ -336,6 +336,11 @@ class Cluster:
         if job_ids:
             self.run(["scancel", *map(str, job_ids)], timeout=30, host="ctl")
 
+    def drained(self) -> list[str]:
+        """sinfo's "NODE state" lines of nodes drained, draining, down or failed."""
+        out = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=30).stdout.split("\n")
+        return [ln for ln in out if ln.strip() and ln.split()[1].startswith(("drain", "drng", "down", "fail"))]
+
     def preempt(self, nodes: int = 3, partition: str = "high", user: str | None = None) -> int:
         """Submit a short exclusive job on the high-priority partition: it preempts whatever holds the nodes."""
         return self.sbatch("-p", partition, "-N", str(nodes), "--exclusive", "-o", "/dev/null",

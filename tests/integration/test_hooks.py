@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from test_lockstep_cluster import _wait
+
 pytestmark = pytest.mark.integration
 
 
@@ -54,17 +56,6 @@ def _config_edit(cluster, old: str, new: str, *, regex: bool = False):
         for path, text in saved.items():
             path.write_text(text)
 
-
-def _drained(cluster) -> list[str]:
-    out = cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=30).stdout.split("\n")
-    return [ln for ln in out if ln.strip() and ln.split()[1].startswith(("drain", "drng", "down"))]
-
-
-def _until(what, timeout: float, why) -> None:
-    deadline = time.monotonic() + timeout
-    while not what():
-        assert time.monotonic() < deadline, why()
-        time.sleep(0.3)
 
 
 def _wait_recorded(cluster, jid: int, timeout: float = 30.0):
@@ -139,7 +130,7 @@ def test_inventory_unreachable_hooks_exit_0_and_node_stays_up(cluster):
                 break
             time.sleep(0.5)
     assert any("127.0.0.1" in ln for ln in failed), log[-3000:]
-    assert _drained(cluster) == []
+    assert cluster.drained() == []
     # The job itself ran to completion: fail-open.
     assert cluster.job(jid) is None or cluster.job(jid).state == "COMPLETED"
 
@@ -151,7 +142,7 @@ def test_backend_tool_missing_open_then_closed(cluster):
         jid = cluster.sbatch("-N3", "--snapshot-volumes=scratch", "-o", "/dev/null", "--wrap", "srun /bin/true")
         _wait_done(cluster, jid)
         assert "btrfs" in cluster.hook_log() and "not found" in cluster.hook_log()
-        assert _drained(cluster) == []
+        assert cluster.drained() == []
         with _config_edit(cluster, 'failure_policy = "open"', 'failure_policy = "closed"'):
             jid2 = cluster.sbatch("-N1", "-w", "n2", "--snapshot-volumes=scratch", "-o", "/dev/null",
                                   "--wrap", "srun /bin/true")
@@ -169,10 +160,10 @@ def test_backend_tool_missing_open_then_closed(cluster):
             # A closed Prolog failure drains the node (Slurm's rule). Wait for
             # the drain before giving the node back: a resume that lands first
             # is undone by it, and the next test finds n2 drained.
-            _until(lambda: any(ln.startswith("n2 ") for ln in _drained(cluster)), 30,
-                   lambda: f"n2 was not drained by the closed Prolog failure: {_drained(cluster)}")
+            _wait(lambda: any(ln.startswith("n2 ") for ln in cluster.drained()), 30,
+                   lambda: f"n2 was not drained by the closed Prolog failure: {cluster.drained()}")
     cluster.run(["scontrol", "update", "nodename=n2", "state=resume"], timeout=30, host="ctl")
-    _until(lambda: _drained(cluster) == [], 30, lambda: f"nodes still drained after resume: {_drained(cluster)}")
+    _wait(lambda: cluster.drained() == [], 30, lambda: f"nodes still drained after resume: {cluster.drained()}")
 
 
 def test_doctor_all_well_then_names_problems(cluster):

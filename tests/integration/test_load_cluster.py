@@ -14,6 +14,9 @@ import time
 
 import pytest
 
+from cluster import TERMINAL_STATES
+from test_lockstep_cluster import _text
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 JOBS = 36
@@ -34,25 +37,16 @@ def _records(repo, ids):
     return out
 
 
-def _drained(cluster) -> list[str]:
-    out = cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=30).stdout.split("\n")
-    return [ln for ln in out if ln.strip() and ln.split()[1].startswith(("drain", "drng", "down", "fail"))]
-
-
-def _text(path) -> str | None:
-    return path.read_text(errors="replace") if path.exists() else None
-
 
 def _busy(cluster) -> list[str]:
-    return [f"{j.job_id} {j.state} {j.nodes}" for j in cluster.jobs()
-            if j.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")]
+    return [f"{j.job_id} {j.state} {j.nodes}" for j in cluster.jobs() if j.state not in TERMINAL_STATES]
 
 
 def test_many_jobs_opting_in_at_once(cluster):
     # The session's cluster is shared: start from an idle one, so that what
     # an earlier test left (a drained node, a job still ending) is named as
     # such instead of failing this test's own counts.
-    assert _drained(cluster) == [], "a node was left drained by an earlier test"
+    assert cluster.drained() == [], "a node was left drained by an earlier test"
     deadline = time.monotonic() + 60
     while (busy := _busy(cluster)) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -81,7 +75,7 @@ def test_many_jobs_opting_in_at_once(cluster):
     hung = 0
     not_done = []
     for j in ids:
-        lines = (_text(out / f"{j}.out") or "").splitlines()
+        lines = _text(out / f"{j}.out").splitlines()
         slurm = [ln for ln in lines if PROLOG_HUNG.fullmatch(ln)]
         hung += len(slurm)
         if [ln for ln in lines if ln not in slurm] != ["done"]:
@@ -118,5 +112,5 @@ def test_many_jobs_opting_in_at_once(cluster):
             if rec.get("job_id") in ids and rec.get("status") != "ok":
                 failed.append(rec)
     assert failed == []
-    assert _drained(cluster) == []
+    assert cluster.drained() == []
     assert wall < 170, wall

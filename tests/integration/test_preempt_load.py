@@ -62,10 +62,6 @@ def _hook_lines(cluster, ids):
     return said, failed
 
 
-def _drained(cluster) -> list[str]:
-    out = cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=30).stdout.split("\n")
-    return [ln for ln in out if ln.strip() and ln.split()[1].startswith(("drain", "drng", "down", "fail"))]
-
 
 def test_twenty_opted_in_jobs_preempted_at_once(cluster):
     out = cluster.make_user_dir(f"preempt-load-{time.monotonic_ns()}")
@@ -110,7 +106,7 @@ def test_twenty_opted_in_jobs_preempted_at_once(cluster):
             assert lines and all(re.match(r"preempted at \d+: set \d+ (opened|already \w+)$", m) for m in lines), \
                 (jid, lines)
             assert sets[jid][5], (jid, sets[jid])
-        assert _drained(cluster) == []
+        assert cluster.drained() == []
         # every job was requeued under its own id
         _wait_all(cluster, ids, lambda j: j.restart_count == 1, 60, "all requeued")
         cluster.wait_state(preemptor, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=60)
