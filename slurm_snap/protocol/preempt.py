@@ -164,8 +164,9 @@ def early_text(doc: dict, requested_at: dt.datetime | None) -> str:
 
 # Rank 0's decisions that mean "the job was requeued by it" (client/early.py).
 # "requeueing" is the intent it writes before calling scontrol requeue, which
-# ends the job at once: left alone, rank 0 died inside the call. Had the call
-# failed, rank 0 would have lived to write "failed"; the one other way to die
+# ends the job at once: left alone, rank 0 died inside the call (or scontrol,
+# inside the job, died of the requeue's kill). Had slurmctld refused, scontrol
+# would have exited non-zero and rank 0 written "failed"; the one other way to die
 # there is Slurm's own kill at the end of GraceTime, and then the kill came
 # within the call's time of `at` either way.
 EARLY_DECISIONS = ("requeued", "requeueing")
@@ -383,6 +384,7 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
         rec.clock = clock
     node = job.node
     t_pre = _as_time(preempt_time)
+    t_kill = _as_time(killed_at) or t_pre
     opened = rec.open(job_id=job.job_id, restart_count=job.restart_count, node=node,
                       nodes=list(job.nodes or []), preempt_time=t_pre.timestamp() if t_pre else None)
     set_id, epoch, state, uid = opened["set_id"], opened["epoch"], opened["state"], opened["uid"]
@@ -417,8 +419,7 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
         decided = read_early_decision(dirs, epoch) if node == head else None
         out = rec.record(set_id=set_id, job_id=job.job_id, node=node, parts=[r.record() for r in results],
                          preempt_known=t_pre is not None, early=decided,
-                         preempt_time=_as_time(killed_at).timestamp() if killed_at else
-                         (t_pre.timestamp() if t_pre else None))
+                         preempt_time=t_kill.timestamp() if t_kill else None)
         hook("record")
         return out
     finally:
