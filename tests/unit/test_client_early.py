@@ -172,3 +172,21 @@ def test_the_intent_is_on_disk_before_the_requeue_ends_the_job(tmp_path):
     # Had the process lived, the outcome replaces it, keeping the moment.
     final = early.read_decision(jd, "preempt-0")
     assert (final["decision"], final["at"]) == ("requeued", sc.on_disk["at"]) and w.outcome == "requeued"
+
+
+def test_a_scontrol_killed_by_the_requeue_it_made_leaves_the_intent(tmp_path):
+    """scontrol runs inside the job, so the requeue's own kill can end it
+    before it exits 0: that is not a failed requeue."""
+    class KilledScontrol(Scontrol):
+        def __call__(self, args):
+            if args[0] == "requeue":
+                self.calls.append(args)
+                return subprocess.CompletedProcess(args, -15, "", "")
+            return super().__call__(args)
+
+    jd, sc = jobdir(tmp_path), KilledScontrol()
+    for r in range(3):
+        ack(jd, r)
+    watch(jd, sc).join(5)
+    assert sc.calls[-1] == ["requeue", JOB]
+    assert early.read_decision(jd, "preempt-0")["decision"] == "requeueing"
