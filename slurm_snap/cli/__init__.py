@@ -1,8 +1,8 @@
 """The `slurm-snap` command: a click group, one module per command.
 
 main() is the one boundary where SnapError becomes an exit code and a single
-line on stderr; anything else escaping is a bug and exits INTERNAL with the
-traceback kept for the report.
+line on stderr; anything else escaping is a bug and exits INTERNAL with one
+line too (the traceback only with -vv: never a traceback to a user).
 """
 from __future__ import annotations
 
@@ -88,9 +88,25 @@ def _forwarded(argv: list[str]) -> int | None:
     return forward(cfg, rest)
 
 
-def main(argv=None) -> int:
+def _debug(argv: list[str]) -> bool:
+    """-vv before the command: an internal error then shows its traceback."""
+    n = 0
+    for a in argv:
+        if a == "--verbose":
+            n += 1
+        elif a.startswith("-v") and set(a[1:]) == {"v"}:
+            n += len(a) - 1
+        elif not a.startswith("-"):
+            break
+    return n >= 2
+
+
+def main(argv=None, *, bug_log=None) -> int:
+    """Run one command; its exit code. `bug_log` receives the traceback of
+    an internal error (the service passes its own log)."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        forwarded = _forwarded(list(sys.argv[1:] if argv is None else argv))
+        forwarded = _forwarded(args)
         if forwarded is not None:
             return forwarded
         # With standalone_mode=False click returns an Exit's code instead of raising.
@@ -108,6 +124,18 @@ def main(argv=None) -> int:
         click.echo("slurm-snap: aborted", err=True)
         return errors.INTERNAL
     except (BrokenPipeError, KeyboardInterrupt):
+        return errors.INTERNAL
+    except Exception as exc:
+        # A bug: one sentence for the user, never a traceback (-vv shows it).
+        import traceback
+
+        if bug_log is not None:
+            bug_log(traceback.format_exc())
+        if _debug(args):
+            traceback.print_exc()
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        click.echo(f"slurm-snap: internal error (a bug: please report it): {type(exc).__name__}: {first} "
+                   "(rerun with -vv for the traceback)", err=True)
         return errors.INTERNAL
 
 

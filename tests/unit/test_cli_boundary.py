@@ -1,0 +1,150 @@
+"""What every command owes a user at the CLI boundary (issue 35 items 1, 2):
+an ordinary user never gets a traceback, only one sentence and a documented
+exit code; listing columns, --help and --version need no configuration.
+
+The unprivileged caller is a real uid (a forked child that setuid()s to
+nobody), since root is never refused by the filesystem.
+(Covered elsewhere: another user's job refused -- test_access_cli.py; the
+service's own boundary -- test_service.py.)
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from realcomponents import require
+from slurm_snap import errors
+from slurm_snap.cli import main
+
+
+def _nobody() -> tuple[int, int]:
+    try:
+        pw = pwd.getpwnam("nobody")
+        return pw.pw_uid, pw.pw_gid
+    except KeyError:
+        return 65534, 65534
+
+
+def run_as(uid: int, gid: int, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """main(argv) in a forked child with real ids uid/gid: (exit, stdout, stderr)."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns into pytest
+        code = 70
+        try:
+            os.close(out_r)
+            os.close(err_r)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.environ.update(env or {})
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            import sys
+
+            sys.stdout = os.fdopen(1, "w", closefd=False)
+            sys.stderr = os.fdopen(2, "w", closefd=False)
+            try:
+                code = main(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    os.close(out_w)
+    os.close(err_w)
+    with os.fdopen(out_r) as o, os.fdopen(err_r) as e:
+        out, err = o.read(), e.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out, err
+
+
+@pytest.fixture
+def root_only_site():
+    """The documented single-host default: a world-readable config naming a
+    SQLite inventory in a directory only root may enter (0700)."""
+    require(os.geteuid() == 0, "a real unprivileged caller needs root to setuid")
+    from slurm_snap.inventory.repository import Inventory
+
+    d = Path(tempfile.mkdtemp(prefix="slurm-snap-boundary-", dir="/var/tmp"))
+    d.chmod(0o755)
+    var = d / "var"
+    var.mkdir(mode=0o700)
+    cfg = d / "slurm-snap.toml"
+    cfg.write_text(f'[inventory]\nurl = "sqlite:///{var}/inventory.db"\n'
+                   f'[paths]\nbarrier_dir = "{d}/barriers"\nlog_dir = "{d}/log"\nrestore_root = "{d}/restore"\n')
+    cfg.chmod(0o644)
+    inv = Inventory(f"sqlite:///{var}/inventory.db")
+    inv.upgrade()
+    inv.dispose()
+    try:
+        yield d, cfg
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# Each command that opens the inventory, as an ordinary user would type it.
+USER_ARGV = {
+    "report": ["report"],
+    "report-json": ["report", "--json", "-a"],
+    "show": ["show", "1"],
+    "snapshot": ["snapshot", "1"],
+    "restore-test": ["restore-test", "1", "--command", "/bin/true"],
+    "prune": ["prune", "--keep-last", "1"],
+    "db-status": ["db", "status"],
+    "db-upgrade": ["db", "upgrade"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(USER_ARGV))
+def test_an_ordinary_user_with_a_root_only_sqlite_gets_one_sentence(root_only_site, name):
+    d, cfg = root_only_site
+    uid, gid = _nobody()
+    code, out, err = run_as(uid, gid, ["--config", str(cfg), *USER_ARGV[name]],
+                            env={"SLURM_SNAP_SQUEUE": "/bin/false"})
+    assert "Traceback" not in err, err
+    assert code == errors.INVENTORY, (code, err)
+    lines = [ln for ln in err.splitlines() if ln.startswith("slurm-snap: ") and "cannot tell which jobs" not in ln]
+    assert len(lines) == 1, err
+    # Names the cause and what the site gives users instead.
+    assert "cannot read" in lines[0] and "permission denied" in lines[0].lower(), lines[0]
+    assert "slurm-snap serve" in lines[0] and "service" in lines[0], lines[0]
+    assert out == ""
+
+
+@pytest.mark.parametrize("argv", [["repair"], ["metrics"], ["schedule", "--dry-run"], ["doctor", "--no-slurm"]])
+def test_operator_commands_refuse_an_ordinary_user_without_a_traceback(root_only_site, argv):
+    d, cfg = root_only_site
+    uid, gid = _nobody()
+    code, _out, err = run_as(uid, gid, ["--config", str(cfg), *argv], env={"SLURM_SNAP_SQUEUE": "/bin/false"})
+    assert "Traceback" not in err, err
+    assert code in errors.EXIT_CODES and code != errors.INTERNAL, (code, err)
+
+
+def test_an_unexpected_error_is_one_line_and_exit_1(monkeypatch, capsys, write_config, tmp_path):
+    """A bug still ends in one sentence (exit 1), not a traceback; -vv shows where."""
+    from slurm_snap.cli import report_cmd
+
+    def broken(*_a, **_k):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(report_cmd, "_fields", broken)
+    monkeypatch.setenv("SLURM_SNAP_CONFIG", write_config(f'[inventory]\nurl = "sqlite:///{tmp_path}/i.db"\n'))
+    assert main(["report"]) == errors.INTERNAL
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("slurm-snap: internal error") and "KeyError" in err and "-vv" in err
+    assert main(["-vv", "report"]) == errors.INTERNAL
+    assert "Traceback" in capsys.readouterr().err
