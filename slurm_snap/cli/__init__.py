@@ -58,6 +58,11 @@ def cli(ctx, config_path, verbose):
     ctx.obj = Ctx(config_path=config_path, verbose=verbose)
 
 
+# Options a command answers from its own definitions, on any host and
+# without a configuration (as `sacct -e` lists its fields anywhere).
+ANSWERED_HERE = frozenset({"-h", "--help", "-e", "--helpformat"})
+
+
 def _forwarded(argv: list[str]) -> int | None:
     """On a host whose config names the slurm-snap service (a login host or
     a node), a user's command runs on the controller, as this user; None
@@ -76,7 +81,7 @@ def _forwarded(argv: list[str]) -> int | None:
         else:
             break
     rest = argv[i:]
-    if not rest or rest[0] not in USER_COMMANDS or "-h" in rest or "--help" in rest:
+    if not rest or rest[0] not in USER_COMMANDS or any(a in ANSWERED_HERE for a in rest):
         return None
     from .. import config as config_mod
 

@@ -148,3 +148,18 @@ def test_an_unexpected_error_is_one_line_and_exit_1(monkeypatch, capsys, write_c
     assert err.startswith("slurm-snap: internal error") and "KeyError" in err and "-vv" in err
     assert main(["-vv", "report"]) == errors.INTERNAL
     assert "Traceback" in capsys.readouterr().err
+
+
+# --- no configuration needed -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["report", "--help"], ["report", "--helpformat"],
+                                  ["report", "-e"], ["report", "--rpo-by-user", "--helpformat"],
+                                  ["show", "--help"], ["snapshot", "-h"], ["restore-test", "--help"],
+                                  ["prune", "--help"], ["metrics", "--help"], ["db", "--help"]])
+def test_help_version_and_column_lists_need_no_configuration(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.setenv("SLURM_SNAP_CONFIG", str(tmp_path / "absent.toml"))
+    assert main(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert out.strip()
+    if "-e" in argv or "--helpformat" in argv:
+        assert "JobID" in out or "User" in out
