@@ -97,7 +97,7 @@ def seeded_now():
 
 def test_job_window_drops_old_jobs(seeded):
     # Job 1003's only set is from 2026-11-28; a one-day window leaves it out.
-    code, out, _ = invoke(metrics_cmd.command, ["--job-window", "now-1days"], seeded["config"], ROOT)
+    code, out, _ = invoke(metrics_cmd.command, ["--job-window", "1day"], seeded["config"], ROOT)
     assert code == 0
     jobs = [line for line in out.splitlines() if line.startswith("slurm_snap_newest_verified_age_seconds{")]
     assert [j.split('"')[1] for j in jobs] == ["1001", "1002"]
