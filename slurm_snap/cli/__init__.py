@@ -58,6 +58,11 @@ def cli(ctx, config_path, verbose):
     ctx.obj = Ctx(config_path=config_path, verbose=verbose)
 
 
+# Commands that open the inventory themselves: on a host whose config names
+# the service they are refused before anything else (who asks, which
+# options), with one exit code (errors.CONTROLLER).
+CONTROLLER_COMMANDS = frozenset({"db", "metrics", "prune", "repair", "schedule", "serve"})
+
 # Options a command answers from its own definitions, on any host and
 # without a configuration (as `sacct -e` lists its fields anywhere).
 ANSWERED_HERE = frozenset({"-h", "--help", "-e", "--helpformat"})
@@ -65,8 +70,8 @@ ANSWERED_HERE = frozenset({"-h", "--help", "-e", "--helpformat"})
 
 def _forwarded(argv: list[str]) -> int | None:
     """On a host whose config names the slurm-snap service (a login host or
-    a node), a user's command runs on the controller, as this user; None
-    when the command runs here."""
+    a node), a user's command runs on the controller, as this user, and a
+    controller's command is refused; None when the command runs here."""
     from ..service.server import USER_COMMANDS
 
     i, config_path = 0, None
@@ -81,13 +86,16 @@ def _forwarded(argv: list[str]) -> int | None:
         else:
             break
     rest = argv[i:]
-    if not rest or rest[0] not in USER_COMMANDS or any(a in ANSWERED_HERE for a in rest):
+    if not rest or rest[0] not in USER_COMMANDS + tuple(CONTROLLER_COMMANDS) \
+            or any(a in ANSWERED_HERE for a in rest):
         return None
     from .. import config as config_mod
 
     cfg = config_mod.load(config_path)
     if not cfg.via_service:
         return None
+    if rest[0] in CONTROLLER_COMMANDS:
+        raise errors.ControllerOnly(command=rest[0], url=cfg.inventory.url)
     from ..service.client import forward
 
     return forward(cfg, rest)

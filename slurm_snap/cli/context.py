@@ -41,7 +41,9 @@ class Ctx:
         if self._inventory is None:
             from ..inventory.repository import Inventory
 
-            self._inventory = Inventory.from_config(self.config)
+            running = click.get_current_context(silent=True)
+            command = " ".join(running.command_path.split()[1:]) if running else ""
+            self._inventory = Inventory.from_config(self.config, command=command)
         return self._inventory
 
 

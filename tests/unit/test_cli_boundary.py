@@ -163,3 +163,53 @@ def test_help_version_and_column_lists_need_no_configuration(tmp_path, monkeypat
     assert out.strip()
     if "-e" in argv or "--helpformat" in argv:
         assert "JobID" in out or "User" in out
+
+
+# --- commands that run on the controller (issue 35 item 8) -------------------------------------------
+
+CONTROLLER_ARGV = {
+    "prune-own-job": ["prune", "--job", "5", "--keep-last", "1"],
+    "prune": ["prune", "--keep-last", "1", "--apply"],
+    "repair": ["repair"],
+    "metrics": ["metrics"],
+    "schedule": ["schedule", "--dry-run"],
+    "db-upgrade": ["db", "upgrade"],
+    "db-status": ["db", "status"],
+    "serve": ["serve", "--listen", "127.0.0.1:1"],
+}
+
+
+@pytest.fixture
+def login_host_config(tmp_path):
+    """A login host's config: the service is the inventory (nobody serves
+    this port: the refusal must come before any connection)."""
+    cfg = tmp_path / "login.toml"
+    cfg.write_text('[inventory]\nurl = "slurm-snap://127.0.0.1:1"\n')
+    return cfg
+
+
+@pytest.mark.parametrize("who", ["root", "owner"])
+@pytest.mark.parametrize("name", sorted(CONTROLLER_ARGV))
+def test_a_controller_command_on_a_login_host_is_one_refusal_with_one_code(login_host_config, monkeypatch, capsys,
+                                                                           name, who):
+    if who == "owner":
+        # Through the sudo rule as an ordinary user (the job's owner for prune --job).
+        monkeypatch.setenv("SUDO_UID", str(_nobody()[0]))
+    monkeypatch.setenv("SLURM_SNAP_SQUEUE", "/bin/false")
+    code = main(["--config", str(login_host_config), *CONTROLLER_ARGV[name]])
+    err = capsys.readouterr().err
+    assert code == errors.CONTROLLER, (code, err)
+    top = CONTROLLER_ARGV[name][0]
+    assert err.strip() == (f"slurm-snap: {top} runs on the controller: this host reaches the inventory only "
+                           "through the slurm-snap service (slurm-snap://127.0.0.1:1), which runs report, show, "
+                           "snapshot and restore-test for users and the hooks' recording; run `slurm-snap "
+                           f"{top}` on the controller"), err
+
+
+def test_the_readme_lists_every_exit_code_with_its_meaning():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = {int(line.split("|")[1]): line.split("|")[2].strip() for line in table.splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip().isdigit()}
+    assert sorted(rows) == sorted(errors.EXIT_CODES)
+    assert "runs on the controller" in rows[errors.CONTROLLER]

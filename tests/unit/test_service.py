@@ -155,9 +155,10 @@ def test_another_user_is_refused_on_the_owners_job(service):
 
 
 def test_commands_not_run_by_the_service_say_where_to_run_them(service):
-    r = run_as(None, service, "repair")  # root: past the operator check, to the inventory
-    assert r.returncode == errors.INVENTORY and "Traceback" not in r.stderr
-    assert "through the slurm-snap service" in r.stderr and "controller" in r.stderr
+    for user in (None, OWNER):   # root and an ordinary user alike: one refusal, one code
+        r = run_as(user, service, "repair")
+        assert r.returncode == errors.CONTROLLER and "Traceback" not in r.stderr, r.stderr
+        assert "through the slurm-snap service" in r.stderr and "run `slurm-snap repair` on the controller" in r.stderr
 
 
 def test_hook_operations_are_roots_alone(service):
