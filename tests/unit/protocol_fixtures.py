@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from slurm_snap import access, config
 from slurm_snap.client.ack import ManifestEntry, ack_filename, build_ack
 from slurm_snap.inventory.repository import Inventory, VolumeSpec
+
+import dbtemplates
 from doubles import register_test_backends
 
 register_test_backends()
@@ -89,8 +91,12 @@ def make_env(tmp_path, *, nodes=("n1", "n2"), allow_crash=True, local=True, shar
     with open(cfg_path, "w") as f:
         f.write(to_toml(data))
     cfg = config.load(cfg_path)
-    inv = Inventory(cfg.inventory.url)
-    inv.upgrade()
+    inv = Inventory(cfg.inventory.url) if os.path.exists(f"{tmp}/inventory.db") else None
+    if inv is None:
+        dbtemplates.sqlite(f"{tmp}/inventory.db")     # migrated, as `db upgrade` leaves it
+        inv = Inventory(cfg.inventory.url)
+    else:
+        inv.upgrade()                                 # a second env in the same directory
     env = Env(tmp=tmp, cfg=cfg, inv=inv, nodes=tuple(nodes), job_id=job_id, uid=uid)
     specs = []
     for n in (recorded_nodes if recorded_nodes is not None else nodes):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import dbtemplates
 from realcomponents import require
 from slurm_snap import errors
 from slurm_snap.cli import main
@@ -76,8 +77,6 @@ def root_only_site():
     """The documented single-host default: a world-readable config naming a
     SQLite inventory in a directory only root may enter (0700)."""
     require(os.geteuid() == 0, "a real unprivileged caller needs root to setuid")
-    from slurm_snap.inventory.repository import Inventory
-
     d = Path(tempfile.mkdtemp(prefix="slurm-snap-boundary-", dir="/var/tmp"))
     d.chmod(0o755)
     var = d / "var"
@@ -86,9 +85,7 @@ def root_only_site():
     cfg.write_text(f'[inventory]\nurl = "sqlite:///{var}/inventory.db"\n'
                    f'[paths]\nbarrier_dir = "{d}/barriers"\nlog_dir = "{d}/log"\nrestore_root = "{d}/restore"\n')
     cfg.chmod(0o644)
-    inv = Inventory(f"sqlite:///{var}/inventory.db")
-    inv.upgrade()
-    inv.dispose()
+    dbtemplates.sqlite(var / "inventory.db")     # migrated, as `db upgrade` leaves it
     try:
         yield d, cfg
     finally:

@@ -10,7 +10,7 @@ import pytest
 from slurm_snap import config, doctor
 from slurm_snap.cli import doctor_cmd
 from slurm_snap.inventory.repository import Inventory
-from test_report_seed import at, report_pg_server, seeded  # noqa: F401  (fixtures)
+from test_report_seed import at, seeded  # noqa: F401  (fixtures)
 
 PARTS = [{"PartitionName": "gpu", "PreemptMode": "REQUEUE", "GraceTime": "60"},
          {"PartitionName": "cpu", "PreemptMode": "REQUEUE", "GraceTime": "00:00:30"},

@@ -23,6 +23,7 @@ from slurm_snap import errors
 from slurm_snap.cli import main
 from slurm_snap.inventory.repository import Inventory, VolumeSpec
 from inventory_helpers import sets_of_job
+import dbtemplates
 
 UNREACHABLE = {
     # url template -> what the message must contain
@@ -92,9 +93,8 @@ con.execute("ROLLBACK")
 @pytest.fixture
 def locked_db(tmp_path):
     """A migrated inventory with one job already recorded, and a way to lock it."""
-    url = f"sqlite:///{tmp_path}/inv.db"
+    url = dbtemplates.sqlite(tmp_path / "inv.db")     # migrated, as `db upgrade` leaves it
     inv = Inventory(url)
-    inv.upgrade()
     with inv.session() as repo:
         run = repo.record_job_run(job_id=10, restart_count=0, user_name="root", uid=0, nodes=["n1"])
         repo.add_volumes(run, [VolumeSpec(path="/x/jobs/10", scope="shared", volume_class="pfs", backend="btrfs")])

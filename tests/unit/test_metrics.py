@@ -12,7 +12,7 @@ from slurm_snap.inventory.repository import Inventory
 from slurm_snap.cli import metrics_cmd
 from slurm_snap.inventory.failures import reason_class
 from slurm_snap.report.metrics import Exposition, escape_label
-from test_report_seed import ALICE, ROOT, invoke, report_pg_server, seeded  # noqa: F401  (fixtures)
+from test_report_seed import ALICE, ROOT, invoke, seeded  # noqa: F401  (fixtures)
 
 EXPECTED = """\
 # HELP slurm_snap_info The slurm-snap that wrote these values (always 1).

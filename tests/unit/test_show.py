@@ -8,7 +8,7 @@ import pytest
 from slurm_snap import errors
 from slurm_snap.cli import show_cmd
 from slurm_snap.report.show import ranks
-from test_report_seed import ALICE, BOB, OPER, ROOT, invoke, report_pg_server, seeded  # noqa: F401  (fixtures)
+from test_report_seed import ALICE, BOB, OPER, ROOT, invoke, seeded  # noqa: F401  (fixtures)
 
 SET_A = """\
 Set 1 of job 1001 (user alice, partition gpu, nodes n1,n2)
