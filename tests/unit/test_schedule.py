@@ -240,7 +240,7 @@ def test_the_interval_rule_default_and_minimum_per_partition():
 
 
 @pytest.mark.parametrize("table, value, why", [
-    ("every", "5s", "is under 10 s"), ("min_every", "soon", "expected e.g."), ("every", 30, "expected a duration"),
+    ("every", "5s", "is under 10 s"), ("min_every", "soon", "not a duration; accepted: 90s"), ("every", 30, "expected a duration"),
 ])
 def test_bad_schedule_tables_name_the_key(table, value, why):
     with pytest.raises(errors.ConfigError) as exc:
