@@ -230,6 +230,42 @@ def test_plan_counts_from_the_newest_set_of_any_trigger():
     assert due[0].due_at == T0 + dt.timedelta(seconds=110)
 
 
+def test_a_requeued_run_counts_from_its_own_start_not_from_the_set_its_preemption_cut():
+    """The rule README, design.md and `schedule --help` state (issue 35 item
+    7): due DURATION after the later of the run's start and its newest set."""
+    from slurm_snap.inventory.schedule import PeriodicRun
+
+    # Run 1 was recorded at T0+300 s; the job's newest set (run 0's, at its
+    # preemption) is older than that and is not the run's.
+    r = PeriodicRun(run_id=2, job_id=1, restart_count=1, user_name="a", every=60,
+                    created_at=T0 + dt.timedelta(seconds=300), last_requested_at=None, in_flight=False,
+                    consistency="app")
+    assert plan([r], T0 + dt.timedelta(seconds=359))[0] == []
+    assert plan([r], T0 + dt.timedelta(seconds=360))[0][0].due_at == T0 + dt.timedelta(seconds=360)
+
+
+def _normalized(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_due_rule_reads_the_same_in_readme_design_and_help(capsys):
+    import re
+    from pathlib import Path
+
+    from slurm_snap.cli import main
+
+    assert main(["schedule", "--help"]) == 0
+    help_text = _normalized(capsys.readouterr().out)
+    rule = re.search(r"A run is due when .*?\)\.", help_text).group(0)
+    assert "later of its start and its newest set of any kind" in rule
+    root = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/design.md"):
+        assert rule in _normalized((root / doc).read_text()), doc
+    import slurm_snap.schedule
+
+    assert rule in _normalized(slurm_snap.schedule.__doc__)
+
+
 def test_the_interval_rule_default_and_minimum_per_partition():
     cfg = cfg_with(every={"gpu": "2h", "*": "6h"}, min_every={"gpu": "30m"})
     assert cfg.snapshot_every("gpu", None) == (7200, "the default of partition gpu")
