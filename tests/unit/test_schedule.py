@@ -208,8 +208,10 @@ def test_drills_take_the_newest_never_drilled_sets_one_per_job(inventory):
     runner(cfg_with(drills=3), inventory, fake2, T0).pass_once()
     assert fake2.drills == []
     with inventory.session() as repo:
-        # cut before then with no verdict: a_old, a_new, f_set, g_set
-        assert repo.overdue_drills(before=T0 + dt.timedelta(minutes=2, seconds=30)) == 4
+        # Owed past verify_within: jobs 1 (a_new; a_old is superseded by it), 6 (f_set) and 7 (g_set,
+        # abandoned three times: still owed). Not job 3: no resume command, nothing the runner can drill.
+        assert repo.overdue_drills(before=T0 + dt.timedelta(minutes=2, seconds=30)) == 3
+        assert repo.overdue_drills(before=T0 + dt.timedelta(minutes=6)) == 4     # and job 2's b_set
 
 
 def test_dry_run_signals_nothing(inventory):
