@@ -29,7 +29,8 @@ from ..errors import SnapError
 from ..jobdir import JobDir
 from . import finalize, owner
 from .. import states as S
-from .cutter import VolumeInfo, snapshot_name
+from ..jobrecords import ReleaseRecord, VolumeRecord
+from .cutter import snapshot_name
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, 
     with inventory.session() as repo:
         st = repo.get_set(set_id, lock=True)
         info = {"id": st.id, "job_id": st.job_id, "epoch": st.epoch, "uid": st.job_run.uid}
-        volumes = [VolumeInfo.of(v) for v in repo.volumes(st.job_run)]
+        volumes = [VolumeRecord.of(v) for v in repo.volumes(st.job_run)]
         parts = repo.snapshots(set_id)
         recorded_cut = {p.volume_id for p in parts if p.state == "CUT"}
         old = st.state
@@ -188,7 +189,7 @@ def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, 
                     repo.set_snapshot_state(p.id, "DELETED")
     try:
         dirs = JobDir(cfg.paths.barrier_dir, info["job_id"]).ensure(info["uid"])
-        dirs.write_release(epoch=info["epoch"], set_id=set_id, state=action.new_state, consistency="")
+        dirs.write_release(ReleaseRecord(epoch=info["epoch"], set_id=set_id, state=action.new_state))
     except (OSError, SnapError) as exc:
         action.errors.append(f"cannot write release/{info['epoch']}: {exc}")
     return action
