@@ -11,6 +11,7 @@ from sqlalchemy import delete, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session, selectinload
 
 from ..clock import utcnow
+from .. import states as S
 from ..jobrecords import Ack, ManifestEntry
 from .models import BarrierAck, JobRun, Snapshot, SnapshotSet
 from .records import SnapshotRecord
@@ -108,7 +109,7 @@ class PartQueries:
     def snapshots(self, set_id: int, *, include_deleted: bool = False) -> list[Snapshot]:
         q = select(Snapshot).where(Snapshot.set_id == set_id)
         if not include_deleted:
-            q = q.where(Snapshot.state != "DELETED")
+            q = q.where(Snapshot.state != S.PART_DELETED)
         return list(self.s.scalars(q.options(selectinload(Snapshot.volume)).order_by(Snapshot.id)))
 
     def set_snapshot_state(self, snapshot_id: int, state: str, error: str = "") -> None:
@@ -117,7 +118,7 @@ class PartQueries:
     def snapshot_refs_in_use(self, backend: str, ref: str, *, excluding_set: int) -> int:
         return self.s.scalar(select(func.count()).select_from(Snapshot).where(
             Snapshot.backend == backend, Snapshot.ref == ref, Snapshot.set_id != excluding_set,
-            Snapshot.state == "CUT")) or 0
+            Snapshot.state == S.PART_CUT)) or 0
 
     def count_parts(self, set_id: int) -> int:
         return self.s.scalar(select(func.count()).select_from(Snapshot).where(Snapshot.set_id == set_id)) or 0

@@ -8,6 +8,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Sequence
 
+from .. import states as S
+
 
 @dataclass(frozen=True)
 class SnapshotRecord:
@@ -23,7 +25,7 @@ class SnapshotRecord:
     node: str
     cut_started_at: dt.datetime | None
     cut_at: dt.datetime | None
-    state: str = "CUT"
+    state: str = S.PART_CUT
     error: str = ""
     site: str = ""
     region: str = ""
@@ -32,7 +34,7 @@ class SnapshotRecord:
 
     @property
     def ok(self) -> bool:
-        return self.state == "CUT"
+        return self.state == S.PART_CUT
 
     @property
     def manifest_why(self) -> str:
@@ -94,9 +96,9 @@ class CopyRecord:
     method: str = ""
     bytes: int | None = None
     seconds: float | None = None
-    state: str = "OK"
+    state: str = S.COPY_OK
     error: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.state == "OK"
+        return self.state == S.COPY_OK

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from ..clock import utcnow
+from .. import states as S
 from ..backends.base import Backend, SnapshotRef
 from ..backends.transport import LocalTransport
 from ..errors import SnapError
@@ -63,7 +64,7 @@ class CutResult:
         return SnapshotRecord(volume_id=v.id, backend=v.backend, name=self.name,
                               ref=self.ref.ref if self.ref else "", path=(self.ref.path or "") if self.ref else "",
                               node=v.node, cut_started_at=self.cut_started_at, cut_at=self.cut_at,
-                              state="CUT" if self.ok else "MISSING",
+                              state=S.PART_CUT if self.ok else S.PART_MISSING,
                               error=(self.manifest_why if self.ok else self.error)[:2000], site=v.site,
                               region=v.region, shared_key=self.shared_key,
                               manifest_ok=self.manifest_ok if self.ok else None)

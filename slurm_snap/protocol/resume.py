@@ -47,14 +47,14 @@ def resume_point(cfg, inventory, job_id: int, *, nodes: list | None = None, rest
         acks = [a for a in repo.ack_records(st.id) if a.manifest]
         # A LOST part (its node or disk is gone: protocol.nodeloss) may still
         # have a copy elsewhere to bring over.
-        parts = [p for p in repo.snapshots(st.id) if p.state in ("CUT", "LOST") and p.path]
-        lost_nodes = frozenset(p.node for p in parts if p.state == "LOST")
+        parts = [p for p in repo.snapshots(st.id) if p.state in S.PART_HELD and p.path]
+        lost_nodes = frozenset(p.node for p in parts if p.state == S.PART_LOST)
         if not acks or not parts:
             return None
         uid, old_nodes = st.job_run.uid, list(st.job_run.nodes or [])
         set_id, step = st.id, st.checkpoint_step
         held: dict[int, set[str]] = {}
-        for c in repo.copies(st.id, states=("OK",)):
+        for c in repo.copies(st.id, states=(S.COPY_OK,)):
             held.setdefault(c.snapshot_id, set()).add(c.node)
         per_rank = {}
         for a in acks:
