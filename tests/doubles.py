@@ -165,7 +165,7 @@ def write_ack(ack_dir: str, job_id: int, epoch: str, p: RankPlan, step: int, *, 
     the barrier benchmark stamps the moment right after the rename, and the
     directory fsync atomic_write adds would land after the waiter woke."""
     data = Ack(job_id=str(job_id), epoch=epoch, node=p.node, rank=p.rank, local_rank=p.local_rank,
-                     local_size=p.local_size, step=step, written_at=utcnow(), manifest=p.manifest).to_bytes()
+               local_size=p.local_size, step=step, written_at=utcnow(), manifest=p.manifest).to_bytes()
     name = ack_filename(p.node, p.rank)
     tmp = os.path.join(ack_dir, f".{name}.tmp")
     with open(tmp, "wb") as f:

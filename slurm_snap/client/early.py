@@ -169,7 +169,8 @@ class EarlyRelease:
                 # the job requeued). The intent stands as the record.
                 return
             if proc.returncode != 0:
-                self._record(EARLY_FAILED, why=f"scontrol requeue exited {proc.returncode}: {proc.stderr.strip()[:200]}",
+                self._record(EARLY_FAILED,
+                             why=f"scontrol requeue exited {proc.returncode}: {proc.stderr.strip()[:200]}",
                              all_acknowledged_at=seen_all)
                 return
             self._record(EARLY_REQUEUED, why=why, all_acknowledged_at=seen_all, at=at)

@@ -58,7 +58,8 @@ class JobRecord:
     def to_json(self) -> dict:
         out = {"job_id": self.job_id, "restart_count": self.restart_count, "user": self.user,
                "nodes": list(self.nodes),
-               "signal": self.signal, "volumes": [{"class": v.volume_class, "scope": v.scope, "node": v.node or None, "path": v.path}
+               "signal": self.signal,
+               "volumes": [{"class": v.volume_class, "scope": v.scope, "node": v.node or None, "path": v.path}
                            for v in self.volumes]}
         return out
 

@@ -29,4 +29,5 @@ class ReleaseRecord:
         set_id = f.get("set_id", None)
         return cls(epoch=f.name("epoch", f.get("epoch"), "epoch"),
                    set_id=None if set_id is None else f.integer("set_id", set_id),
-                   state=f.string("state", f.get("state", "")), consistency=f.string("consistency", f.get("consistency", "")))
+                   state=f.string("state", f.get("state", "")),
+                   consistency=f.string("consistency", f.get("consistency", "")))

@@ -114,7 +114,8 @@ def assign_manifests(volumes: Sequence[VolumeRecord], manifests: Iterable[tuple[
     return out, outside
 
 
-def verify(backend: Backend, volume: VolumeRecord, ref: SnapshotRef, entries: Sequence[Entry]) -> tuple[bool | None, str]:
+def verify(backend: Backend, volume: VolumeRecord, ref: SnapshotRef,
+           entries: Sequence[Entry]) -> tuple[bool | None, str]:
     """Every acknowledged file exists in the snapshot with its acknowledged size."""
     if not entries:
         return True, ""

@@ -72,7 +72,8 @@ def _refusal_docs(refused: Sequence) -> list[dict]:
 def survives_node_loss(st, copies: Sequence) -> bool | None:
     """Does every node-local part of the set have a complete copy on a second
     node, so that losing any one node loses no part? None: no node-local part."""
-    local = [s for s in st.snapshots if s.state == S.PART_CUT and s.volume is not None and s.volume.scope == "node-local"]
+    local = [s for s in st.snapshots
+             if s.state == S.PART_CUT and s.volume is not None and s.volume.scope == "node-local"]
     if not local:
         return None
     node_of = {s.id: s.node for s in local}

@@ -106,7 +106,7 @@ DENIED = {f"errno:{errno.EACCES}", f"errno:{errno.EPERM}"}
 def ack_bytes(job_id: int, node="n1", rank=0, epoch="sepoch1") -> bytes:
     from slurm_snap.jobrecords import Ack
     return Ack(job_id=str(job_id), epoch=epoch, node=node, rank=rank, local_rank=0, local_size=1, step=1,
-                     written_at=dt.datetime.now(dt.timezone.utc), manifest=()).to_bytes()
+               written_at=dt.datetime.now(dt.timezone.utc), manifest=()).to_bytes()
 
 
 def write(path: Path, data: bytes = b"x"):

@@ -50,9 +50,9 @@ class Env:
             manifest=(), job_id=None, written_at=None, name=None, signalled_at=None) -> str:
         os.makedirs(self.ack_dir, exist_ok=True)
         data = Ack(job_id=str(job_id or self.job_id), epoch=epoch, node=node, rank=rank,
-                         local_rank=local_rank, local_size=local_size, step=step,
-                         written_at=written_at or dt.datetime.now(dt.timezone.utc), manifest=manifest,
-                         signalled_at=signalled_at).to_bytes()
+                   local_rank=local_rank, local_size=local_size, step=step,
+                   written_at=written_at or dt.datetime.now(dt.timezone.utc), manifest=manifest,
+                   signalled_at=signalled_at).to_bytes()
         path = os.path.join(self.ack_dir, name or ack_filename(node, rank))
         tmp = path + ".tmp-x"
         with open(tmp, "wb") as f:

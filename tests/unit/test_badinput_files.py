@@ -43,7 +43,7 @@ def collector(env, **kw):
 
 def good(env, node="n1", rank=0, **over) -> bytes:
     doc = json.loads(Ack(job_id=str(env.job_id), epoch=EPOCH, node=node, rank=rank, local_rank=0,
-                               local_size=1, step=3, written_at=dt.datetime.now(dt.timezone.utc), manifest=()).to_bytes())
+                         local_size=1, step=3, written_at=dt.datetime.now(dt.timezone.utc), manifest=()).to_bytes())
     doc.update(over)
     return json.dumps(doc).encode()
 

@@ -1,5 +1,5 @@
-"""parse_ack (the coordinator's gate on acknowledgements) and the per-node
-barrier verdict."""
+"""jobrecords.Ack.from_bytes (the coordinator's gate on acknowledgements, the
+record the client writes) and the per-node barrier verdict."""
 from __future__ import annotations
 
 import json
@@ -30,9 +30,9 @@ def raw(doc) -> bytes:
 
 def test_round_trip_with_build_ack():
     data = Ack(job_id="42", epoch="od-3", node="n1", rank=4, local_rank=1, local_size=2,
-                     step=100, written_at=WHEN,
-                     manifest=[ManifestEntry("/a/b", 5, None), ManifestEntry("/a/c", 0, "b" * 64)],
-                     world_size=8, agreement="collective").to_bytes()
+               step=100, written_at=WHEN,
+               manifest=[ManifestEntry("/a/b", 5, None), ManifestEntry("/a/c", 0, "b" * 64)],
+               world_size=8, agreement="collective").to_bytes()
     ack = Ack.from_bytes(data, "42", "od-3")
     assert ack == Ack(version=2, job_id="42", epoch="od-3", node="n1", rank=4, local_rank=1,
                       local_size=2, step=100, written_at=WHEN,

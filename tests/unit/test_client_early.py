@@ -43,7 +43,7 @@ def jobdir(tmp_path) -> JobDir:
 
 def ack(jd: JobDir, rank: int, epoch="preempt-0", node="n1"):
     data = Ack(job_id=JOB, epoch=epoch, node=node, rank=rank, local_rank=0, local_size=1, step=5,
-                     written_at=datetime.now(timezone.utc), manifest=[], world_size=3).to_bytes()
+               written_at=datetime.now(timezone.utc), manifest=[], world_size=3).to_bytes()
     with open(jd.ack_path(f"n{rank}", rank), "wb") as f:
         f.write(data)
 

@@ -220,7 +220,7 @@ epoch = json.load(open(os.path.join(job_dir, "request.json")))["epoch"]
 with open(ckpt, "wb") as f:
     f.write(b"c" * 64); f.flush(); os.fsync(f.fileno())
 data = Ack(job_id=job_id, epoch=epoch, node=node, rank=rank, local_rank=0, local_size=1, step=5,
-                 written_at=dt.datetime.now(dt.timezone.utc), manifest=[ManifestEntry(ckpt, 64)]).to_bytes()
+           written_at=dt.datetime.now(dt.timezone.utc), manifest=[ManifestEntry(ckpt, 64)]).to_bytes()
 tmp = os.path.join(job_dir, "ack", "." + ack_filename(node, rank) + ".tmp")
 with open(tmp, "wb") as f:
     f.write(data); f.flush(); os.fsync(f.fileno())

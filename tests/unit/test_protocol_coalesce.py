@@ -57,6 +57,7 @@ def test_volume_scoped_backends_never_coalesce(tmp_path):
     vol.mkdir()
     backend = get_backend(doubles.CopyBackend.name, {})
     assert backend.coalesce_key(str(vol)) is None
-    r = cut_one(VolumeRecord(path=str(vol), scope="shared", volume_class="pfs", backend=doubles.CopyBackend.name, id=1), job_id=1, set_id=1,
+    r = cut_one(VolumeRecord(path=str(vol), scope="shared", volume_class="pfs", backend=doubles.CopyBackend.name,
+                             id=1), job_id=1, set_id=1,
                 backend_for=lambda _: backend, entries=[], clock=lambda: dt.datetime.now(dt.timezone.utc))
     assert r.ok and r.shared_key == "" and r.name == "slurm-snap-1-1-1"

@@ -30,7 +30,7 @@ VOLS = [Vol(1, "n1", "node-local", "scratch"), Vol(2, "n2", "node-local", "scrat
 
 def ack(node, rank, local_rank, local_size, step, written, seen, **kw):
     return Ack(node=node, rank=rank, local_rank=local_rank, local_size=local_size, step=step,
-                     written_at=at(written), seen_at=at(seen), **kw)
+               written_at=at(written), seen_at=at(seen), **kw)
 
 
 def acks(nodes=NODES, written=10, seen=20, step=5, local_size=1, **kw):

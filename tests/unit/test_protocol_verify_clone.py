@@ -41,7 +41,8 @@ def _setup(tmp_path):
     backend = Pathless({}, LocalTransport())
     ref = backend.create(str(vol), "slurm-snap-42-1-1")
     assert ref.path is None
-    return vol, backend, ref, VolumeRecord(path=str(vol), scope="shared", volume_class="zfs", backend=backend.name, id=1)
+    return vol, backend, ref, VolumeRecord(path=str(vol), scope="shared", volume_class="zfs", backend=backend.name,
+                                           id=1)
 
 
 def test_checked_through_a_clone_next_to_the_volume_and_removed(tmp_path):
