@@ -13,6 +13,11 @@
 
 With a torch.distributed process group, decide() is one step agreement
 across the job (client/agree.py); without one, each rank decides alone.
+
+Length: one class, the rank's whole side of the protocol as docs/client.md
+documents it (signals, decide, commit, release, resume); each helper it
+drives already has its own module (signals, agree, early, slurmenv, marker,
+and the per-job files in jobdir and jobrecords).
 """
 from __future__ import annotations
 
