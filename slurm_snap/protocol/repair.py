@@ -29,7 +29,8 @@ from ..errors import SnapError
 from ..jobdir import JobDir
 from . import finalize, owner
 from .. import states as S
-from .cutter import VolumeInfo, snapshot_name
+from ..jobrecords import ReleaseRecord, VolumeRecord
+from .cutter import snapshot_name
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +123,9 @@ def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, 
     with inventory.session() as repo:
         st = repo.get_set(set_id, lock=True)
         info = {"id": st.id, "job_id": st.job_id, "epoch": st.epoch, "uid": st.job_run.uid}
-        volumes = [VolumeInfo.of(v) for v in repo.volumes(st.job_run)]
+        volumes = [VolumeRecord.of(v) for v in repo.volumes(st.job_run)]
         parts = repo.snapshots(set_id)
-        recorded_cut = {p.volume_id for p in parts if p.state == "CUT"}
+        recorded_cut = {p.volume_id for p in parts if p.state == S.PART_CUT}
         old = st.state
     action = RepairAction(set_id=set_id, job_id=info["job_id"], old_state=old, new_state=old, why=why,
                           dry_run=dry_run)
@@ -184,11 +185,11 @@ def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, 
     if rolled_back:
         with inventory.session() as repo:
             for p in repo.snapshots(set_id):
-                if p.state == "CUT":
-                    repo.set_snapshot_state(p.id, "DELETED")
+                if p.state == S.PART_CUT:
+                    repo.set_snapshot_state(p.id, S.PART_DELETED)
     try:
         dirs = JobDir(cfg.paths.barrier_dir, info["job_id"]).ensure(info["uid"])
-        dirs.write_release(epoch=info["epoch"], set_id=set_id, state=action.new_state, consistency="")
+        dirs.write_release(ReleaseRecord(epoch=info["epoch"], set_id=set_id, state=action.new_state))
     except (OSError, SnapError) as exc:
         action.errors.append(f"cannot write release/{info['epoch']}: {exc}")
     return action

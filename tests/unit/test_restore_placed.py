@@ -21,7 +21,8 @@ from slurm_snap import states as S
 from slurm_snap.access import Caller
 from slurm_snap.backends import factory
 from slurm_snap.backends import transfer as xfer
-from slurm_snap.inventory.repository import SnapshotRecord, VolumeSpec
+from slurm_snap.inventory.repository import SnapshotRecord
+from slurm_snap.jobrecords import VolumeRecord
 from slurm_snap.restore import drill as drill_mod
 from slurm_snap.restore.drill import Drill, Placement
 from slurm_snap.restore.runner import run_program
@@ -47,7 +48,7 @@ def add_node_local_set(inv, w, *, nodes=("n1",)) -> int:
     with inv.session() as repo:
         run = repo.record_job_run(job_id=42, restart_count=0, user_name=OWNER, uid=w.uid, nodes=list(nodes),
                                   options={})
-        vols = repo.add_volumes(run, [VolumeSpec(path=w.live, scope="node-local", volume_class="scratch",
+        vols = repo.add_volumes(run, [VolumeRecord(path=w.live, scope="node-local", volume_class="scratch",
                                                  backend=NAME, node=n) for n in nodes])
         st, _ = repo.create_set(run, epoch="e1", trigger="manual", requested_at=T0)
         repo.transition(st.id, S.CUTTING, at=T0)
