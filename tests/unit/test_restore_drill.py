@@ -210,7 +210,7 @@ def test_keep_leaves_clones_until_cleanup(inventory, world):
     d = drill(inventory, world)
     out = d.run("42", command=world.command("ok"), deadline=60, keep=True)
     assert out.passed and os.path.isdir(os.path.join(out.namespace, "scratch"))
-    assert any("removed" in m for m in d.sweep(include_kept=True))
+    assert any("removed" in m for m in d.sweeper.sweep(include_kept=True))
     assert leftovers(world) == []
 
 
