@@ -19,7 +19,7 @@ from slurm_snap.backends import factory
 from slurm_snap.cli import main
 from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
 from slurm_snap import states as S
-from inventory_helpers import restore_tests
+from testkit.inventory_helpers import restore_tests
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from slurm_snap import access, config
 from slurm_snap.client.ack import ManifestEntry, ack_filename, build_ack
 from slurm_snap.inventory.repository import Inventory, VolumeSpec
-from doubles import register_test_backends
+from testkit.doubles import register_test_backends
 
 register_test_backends()
 

@@ -24,7 +24,7 @@ from slurm_snap import access, errors
 from slurm_snap.cli import main
 from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Coordinator
-from inventory_helpers import restore_tests, sets_of_job
+from testkit.inventory_helpers import restore_tests, sets_of_job
 
 
 def _account(names, fallback_uid):

@@ -20,7 +20,7 @@ import pytest
 from protocol_fixtures import make_env
 from slurm_snap import states as S
 from slurm_snap.hooks.run import run_named
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 FAKE_SQUEUE = """#!/bin/sh
 # squeue --json as slurmctld answers it, but only through the cluster's slurm.conf

@@ -22,7 +22,7 @@ import pytest
 from slurm_snap import errors
 from slurm_snap.cli import main
 from slurm_snap.inventory.repository import Inventory, VolumeSpec
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 UNREACHABLE = {
     # url template -> what the message must contain

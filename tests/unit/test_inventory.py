@@ -10,7 +10,7 @@ from slurm_snap import errors
 from slurm_snap.inventory.models import JobRun
 from slurm_snap.inventory.repository import AckRecord, Inventory, SetFilter, SnapshotRecord, VolumeSpec
 from slurm_snap import states as S
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.timezone.utc)
 

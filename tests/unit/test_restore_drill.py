@@ -13,7 +13,7 @@ from slurm_snap.restore import drill as drill_mod
 from slurm_snap.restore.drill import Drill
 
 from test_restore_support import OWNER, add_set, tree_digest, world  # noqa: F401  (fixture)
-from inventory_helpers import restore_tests, sets_of_job
+from testkit.inventory_helpers import restore_tests, sets_of_job
 
 @pytest.fixture(autouse=True)
 def _needs_root():

@@ -28,7 +28,7 @@ from slurm_snap.restore.placement import Placement
 from slurm_snap.restore.runner import run_program
 
 from test_restore_support import NAME, OWNER, T0, world  # noqa: F401  (fixture)
-from inventory_helpers import restore_tests
+from testkit.inventory_helpers import restore_tests
 
 ROOT = Caller(uid=0, name="root")
 NODES = ["n1", "n2", "n3", "n4"]
