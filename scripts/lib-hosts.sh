@@ -113,6 +113,8 @@ SLURM_SNAP_LOCAL=$STATE/local
 SLURM_SNAP_HOSTS_DIR=$STATE/hosts
 SLURM_SNAP_DISKS=$STATE/disks
 LAYOUT
+	# The switch (the hosts' bridge) has a network namespace only.
+	printf 'SLURM_SNAP_NETNS_sw=%s\n' "$(netns_path sw)"
 	for h in $HOSTS; do
 		printf 'SLURM_SNAP_NETNS_%s=%s\n' "$h" "$(netns_path "$h")"
 		printf 'SLURM_SNAP_MNTNS_%s=%s\n' "$h" "$(mntns_path "$h")"

@@ -192,6 +192,12 @@ class Cluster:
     def mntns(self, host: str) -> str:
         return self.env[f"SLURM_SNAP_MNTNS_{host}"]
 
+    def namespace_files(self) -> list[tuple[str, str]]:
+        """("net" or "mnt", file) of every namespace of the cluster, the switch's too."""
+        return [(kind, v) for k, v in sorted(self.env.items())
+                for kind, prefix in (("net", "SLURM_SNAP_NETNS_"), ("mnt", "SLURM_SNAP_MNTNS_"))
+                if k.startswith(prefix) and k != "SLURM_SNAP_NETNS_TAG"]
+
     def user_dir(self, fs: str = "pfs", user: str | None = None) -> Path:
         """The test user's own directory on a shared filesystem (pfs, xfs)."""
         return Path(self.env[f"SLURM_SNAP_{fs.upper()}"]) / "users" / (user or self.user)

@@ -98,12 +98,11 @@ def default_inventory() -> str:
 def namespace_inodes(cluster: Cluster) -> set[str]:
     """"net:[N]"/"mnt:[N]" of every namespace of the cluster, as /proc/PID/ns/* shows them."""
     out = set()
-    for host in cluster.hosts + ["sw"]:
-        for kind, path in (("net", cluster.netns(host)), ("mnt", cluster.mntns(host))):
-            try:
-                out.add(f"{kind}:[{os.stat(path).st_ino}]")
-            except OSError:
-                pass
+    for kind, path in cluster.namespace_files():
+        try:
+            out.add(f"{kind}:[{os.stat(path).st_ino}]")
+        except OSError:
+            pass
     return out
 
 
