@@ -35,9 +35,8 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# slurm_snap and testkit/ (the simulated backends and ranks) from the work tree.
 sys.path.insert(0, REPO)
-# The test doubles (tests/doubles.py) under the one name the tests import them by.
-sys.path.append(os.path.join(REPO, "tests"))
 
 from slurm_snap import access, config  # noqa: E402
 from slurm_snap.inventory.repository import Inventory  # noqa: E402
@@ -45,7 +44,7 @@ from slurm_snap.jobrecords import VolumeRecord  # noqa: E402
 from slurm_snap import states as S  # noqa: E402
 from slurm_snap.protocol.coordinator import Coordinator  # noqa: E402
 from slurm_snap.protocol.cutter import MAX_WORKERS  # noqa: E402
-from doubles import SimRanks, plan_ranks, register_test_backends  # noqa: E402
+from testkit.doubles import SimRanks, plan_ranks, register_test_backends  # noqa: E402
 
 TARGETS_MS = {1: 10, 8: 15, 64: 25, 512: 50, 1000: 75}
 JOB_ID = 1

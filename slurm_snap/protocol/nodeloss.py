@@ -17,10 +17,8 @@ from typing import Callable
 from ..clock import utcnow
 from ..errors import SnapError
 from .. import states as S
-# repair imports this module only inside repair(): no cycle. One action type for
-# everything repair reports, so its CLI prints and serialises them alike.
 from .nodelocal import PartView
-from .repair import RepairAction
+from .repairaction import RepairAction
 
 _LOST_STATES = ("down", "drain", "fail")
 

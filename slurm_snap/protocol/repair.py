@@ -21,38 +21,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from ..clock import utcnow
 from ..errors import SnapError
 from ..jobdir import JobDir
-from . import finalize, owner
+from . import finalize, nodeloss, owner
 from .. import states as S
 from ..jobrecords import ReleaseRecord, VolumeRecord
 from .cutter import snapshot_name
+from .repairaction import RepairAction
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RepairAction:
-    set_id: int
-    job_id: int
-    old_state: str
-    new_state: str
-    why: str
-    reason: str = ""
-    orphans: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    dry_run: bool = False
-    # False when another process (the set's owner, another repair) ended the
-    # set between this repair's look and its label: new_state and reason are
-    # then what that process left, and this repair changed nothing.
-    acted: bool = True
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def stale_reason(*, owner_token: str, deadline: dt.datetime | None, requested_at: dt.datetime,
@@ -90,8 +70,6 @@ def repair(cfg, inventory, *, older_than: float = 0.0, dry_run: bool = False, cl
     actions = [_repair_one(cfg, inventory, set_id, why, dry_run=dry_run, clock=clock, backend_for=backend_for)
                for set_id, why in todo]
     if node_check:
-        from . import nodeloss
-
         lost, errs = nodeloss.check(cfg, inventory, node_states=node_states, backend_on=backend_on,
                                     dry_run=dry_run, clock=clock)
         actions += lost

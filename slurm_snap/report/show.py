@@ -8,7 +8,7 @@ from .. import states as S
 
 from .rows import PHASE_TIMES, seconds
 from .jsonout import envelope
-from .slurmtime import iso_utc
+from ..slurm.slurmtime import iso_utc
 from .timeline import timeline
 
 _PHASE_LABELS = {"requested": "requested", "signalled": "signalled", "barrier": "barrier", "released": "released",

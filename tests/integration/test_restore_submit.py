@@ -20,7 +20,7 @@ from slurm_snap.cli import main
 from slurm_snap.inventory.repository import Inventory, SnapshotRecord
 from slurm_snap.jobrecords import VolumeRecord
 from slurm_snap import states as S
-from inventory_helpers import restore_tests
+from testkit.inventory_helpers import restore_tests
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from slurm_snap.jobdir import ack_filename
 from slurm_snap.jobrecords import Ack, ManifestEntry
 from slurm_snap.inventory.repository import Inventory
 from slurm_snap.jobrecords import VolumeRecord
-from doubles import register_test_backends
+from testkit.doubles import register_test_backends
 
 register_test_backends()
 

@@ -23,7 +23,7 @@ from slurm_snap import errors
 from slurm_snap.cli import main
 from slurm_snap.inventory.repository import Inventory
 from slurm_snap.jobrecords import VolumeRecord
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 UNREACHABLE = {
     # url template -> what the message must contain

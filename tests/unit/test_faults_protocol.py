@@ -35,7 +35,7 @@ from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Coordinator
 from slurm_snap.protocol.repair import repair
 from test_protocol_repair import run_and_kill, snapshot_dirs
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

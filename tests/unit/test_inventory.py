@@ -11,7 +11,7 @@ from slurm_snap.inventory.models import JobRun
 from slurm_snap.inventory.repository import Inventory, SetFilter, SnapshotRecord
 from slurm_snap.jobrecords import Ack, ManifestEntry, VolumeRecord
 from slurm_snap import states as S
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.timezone.utc)
 

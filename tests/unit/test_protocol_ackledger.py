@@ -16,7 +16,7 @@ from slurm_snap import states as S
 from slurm_snap.protocol.ackledger import AckLedger
 from slurm_snap.protocol.barrier import AckCollector, wait_for_barrier
 from slurm_snap.protocol.coordinator import Coordinator
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 NODES = tuple(f"n{i}" for i in range(1, 9))
 

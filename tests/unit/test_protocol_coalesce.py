@@ -50,7 +50,7 @@ def test_next_window_cuts_a_new_snapshot(tmp_path):
 
 
 def test_volume_scoped_backends_never_coalesce(tmp_path):
-    import doubles
+    from testkit import doubles
 
     doubles.register_test_backends()
     vol = tmp_path / "vol"

@@ -14,7 +14,7 @@ from slurm_snap import access, errors
 from slurm_snap.cli import main
 from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Barrier, Coordinator
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 
 class Ranks:

@@ -17,7 +17,7 @@ from slurm_snap.protocol import preempt
 from slurm_snap import states as S
 from slurm_snap.protocol.recorder import LocalRecorder
 from slurm_snap.protocol.repair import repair
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 
 @dataclass(frozen=True)

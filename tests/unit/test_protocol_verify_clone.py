@@ -5,7 +5,7 @@ import dataclasses
 import os
 import shutil
 
-import doubles
+from testkit import doubles
 from slurm_snap.backends.transport import LocalTransport
 from slurm_snap.jobrecords import VolumeRecord
 from slurm_snap.protocol.cutter import VERIFY_CLONE_PREFIX, Entry, verify

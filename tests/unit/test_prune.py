@@ -278,7 +278,7 @@ def test_cli_text_prints_local_time_as_report_does(cli_world):
 
     from slurm_snap.cli import prune_cmd
     from slurm_snap.cli.context import Ctx
-    from slurm_snap.report.slurmtime import format_time
+    from slurm_snap.slurm.slurmtime import format_time
 
     w, inv = cli_world
     ids = history(inv, w, n=2)

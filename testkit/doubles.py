@@ -1,6 +1,6 @@
-"""Test and benchmark doubles that plug into the real code paths (tests/ is
-on sys.path for tests; benchmarks put it there too: one module name, so the
-backend registry sees one class per name).
+"""Test and benchmark doubles that plug into the real code paths, imported
+by both as `testkit.doubles`: one module name, so the backend registry sees
+one class per name.
 
 - CopyBackend ("test-copy"): snapshots a directory by copying it; idempotent
   names, a claim file naming the volume, list/exists/delete: enough of the
