@@ -16,7 +16,7 @@ def command(ctx, listen, pidfile):
     import os
     import sys
 
-    from ..protocol.preempt import OPS
+    from ..protocol.recorder import OPS
     from ..service.server import serve
     from . import main
 
