@@ -31,45 +31,25 @@ def _nobody() -> tuple[int, int]:
         return 65534, 65534
 
 
+def _main_as(uid: int, gid: int, argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    os.environ.update(env)
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
 def run_as(uid: int, gid: int, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """main(argv) in a forked child with real ids uid/gid: (exit, stdout, stderr)."""
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns into pytest
-        code = 70
-        try:
-            os.close(out_r)
-            os.close(err_r)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-            os.environ.update(env or {})
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-            import sys
+    from testkit.cluster import run_in_namespaces
 
-            sys.stdout = os.fdopen(1, "w", closefd=False)
-            sys.stderr = os.fdopen(2, "w", closefd=False)
-            try:
-                code = main(argv)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:
-                import traceback
-
-                traceback.print_exc()
-                code = 1
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-    os.close(out_w)
-    os.close(err_w)
-    with os.fdopen(out_r) as o, os.fdopen(err_r) as e:
-        out, err = o.read(), e.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out, err
+    return run_in_namespaces([], _main_as, (uid, gid, argv, env or {}), timeout=120)
 
 
 @pytest.fixture
