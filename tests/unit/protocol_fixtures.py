@@ -93,12 +93,11 @@ def make_env(tmp_path, *, nodes=("n1", "n2"), allow_crash=True, local=True, shar
     with open(cfg_path, "w") as f:
         f.write(to_toml(data))
     cfg = config.load(cfg_path)
-    inv = Inventory(cfg.inventory.url) if os.path.exists(f"{tmp}/inventory.db") else None
-    if inv is None:
-        dbtemplates.sqlite(f"{tmp}/inventory.db")     # migrated, as `db upgrade` leaves it
-        inv = Inventory(cfg.inventory.url)
-    else:
-        inv.upgrade()                                 # a second env in the same directory
+    if not os.path.exists(f"{tmp}/inventory.db"):
+        # Migrated, as `db upgrade` leaves it; a second env in the same
+        # directory (protocol_killee.py's) opens the first one's.
+        dbtemplates.sqlite(f"{tmp}/inventory.db")
+    inv = Inventory(cfg.inventory.url)
     env = Env(tmp=tmp, cfg=cfg, inv=inv, nodes=tuple(nodes), job_id=job_id, uid=uid)
     specs = []
     for n in (recorded_nodes if recorded_nodes is not None else nodes):
