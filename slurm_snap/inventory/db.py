@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import sqlite3
 import urllib.parse
@@ -40,13 +39,21 @@ NETWORK_FS = {
 }
 
 
+_libc = None
+
+
 def _statfs_type(path: str) -> int | None:
-    libc_name = ctypes.util.find_library("c")
-    if not libc_name:
-        return None
-    libc = ctypes.CDLL(libc_name, use_errno=True)
+    global _libc
+    if _libc is None:
+        # The running program's own symbols (libc among them): no
+        # ctypes.util.find_library, which forks `ldconfig -p` on every call
+        # (~10 ms; it ran for every SQLite engine a command or hook made).
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            return None
     buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on x86_64
-    if libc.statfs(os.fsencode(path), buf) != 0:
+    if _libc.statfs(os.fsencode(path), buf) != 0:
         return None
     return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
