@@ -13,8 +13,9 @@ schema with the models), then given to each test as a copy:
   PostgreSQL  CREATE DATABASE ... TEMPLATE (about 0.1 s) into this test
               process's own database, dropped and made again per test;
   MariaDB     it has no template databases and the test account owns one
-              database: the migrated tables are emptied (DELETE) and their
-              AUTO_INCREMENT counters put back to 1 (about 0.05 s), after
+              database (one per pytest-xdist worker): the migrated tables
+              are emptied (DELETE) and their AUTO_INCREMENT counters put
+              back to 1 (about 0.05 s), after
               checking that the schema is still the migrated one (a test
               that changed it gets a full reset and migration instead).
 
@@ -160,13 +161,37 @@ def _mariadb_drop_all(conn) -> None:
     conn.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
 
 
+def _mariadb_worker_database(url: str) -> str:
+    """`url`'s database, or under pytest-xdist this worker's own
+    slurmsnap_test_WORKER on the same server (made if missing: the test
+    account owns those names when scripts/test started the server with
+    --test-databases), so two workers never empty each other's tables."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker:
+        return url
+    if not worker.isalnum():
+        raise ValueError(f"PYTEST_XDIST_WORKER={worker!r}: not a database name part")
+    name = f"slurmsnap_test_{worker}"
+    eng = create_engine(url)
+    try:
+        with eng.begin() as conn:
+            conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4"))
+    finally:
+        eng.dispose()
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
 def mariadb(url: str) -> str:
-    """The one database of `url`, as `db upgrade` leaves it: migrated once,
-    then emptied per test; returns `url`."""
+    """The database of `url` (this worker's own under xdist), as `db upgrade`
+    leaves it: migrated once, then emptied per test; returns its URL."""
     from sqlalchemy import create_engine, text
 
     from slurm_snap.inventory.db import SCHEMA_HEAD
 
+    url = _mariadb_worker_database(url)
     eng = create_engine(url)
     try:
         with eng.begin() as conn:

@@ -116,9 +116,15 @@ def test_due_runs_are_taken_most_overdue_first_and_in_flight_ones_skipped(invent
 
 
 def test_a_pass_reads_the_inventory_once_whatever_the_number_of_jobs(inventory):
+    from testkit.inventory_helpers import bulk_seed
+
     with inventory.session() as repo:
-        for j in range(1, 1201):
-            add_run(repo, j, every=3600, at=T0)
+        # The rows add_run makes, in one executemany: the pass is under test,
+        # not 1,200 hooks' record_job_run (a SELECT, an INSERT, an UPDATE each).
+        bulk_seed(repo, "job_run", [dict(job_id=j, restart_count=0, user_name="alice", uid=1000, partition="",
+                                         nodes=[], options={"consistency": "app"}, created_at=T0,
+                                         snapshot_every=3600) for j in range(1, 1201)])
+        assert add_run(repo, 1200, every=3600).id == 1200     # the same row as add_run's
     statements = []
     listen = event.listens_for(inventory.engine, "before_cursor_execute")
     listen(lambda *a, **k: statements.append(a[2]))
