@@ -156,6 +156,7 @@ class Service:
 
     # -- one connection (in its own forked child) ---------------------------------
     def handle(self, sock: socket.socket, peer) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)   # the parent's flag is not this child's
         where = _peer(peer)
         reply = _Reply(sock)
         credential, code, uid = "", errors.INTERNAL, None
@@ -178,7 +179,7 @@ class Service:
             req = parse_request(payload)
             if uid != 0 and self.slots is not None and not self.slots.take(uid):
                 raise errors.ServiceUnavailable(
-                    why=f"uid {uid} already has {self.cfg.service.max_per_user} requests in progress at the "
+                    why=f"uid {uid} already has {self.cfg.service.max_per_user} request(s) in progress at the "
                         "slurm-snap service (service.max_per_user); try again when one has finished")
             sock.settimeout(self.cfg.service.timeout)
             signal.signal(signal.SIGALRM, _on_deadline)
@@ -340,13 +341,16 @@ def serve(cfg, *, listen: str, pidfile: str | None, run_cli, ops) -> None:
 
         atomic_write(pidfile, f"{os.getpid()}\n".encode(), mode=0o644)
 
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
+    # A flag, not an exception: raised from the handler, it could land in
+    # logging's fork hook ("Exception ignored in _releaseLock") and the
+    # service went on serving after SIGTERM (seen in a test's teardown).
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+    srv.timeout = 0.5
     log.warning("slurm-snap service listening on %s:%d (pid %d)", host, port, os.getpid())
     try:
-        srv.serve_forever(poll_interval=0.5)
+        while not stopping:
+            srv.handle_request()
     except KeyboardInterrupt:
         pass
     finally:
