@@ -5,7 +5,7 @@ The port may be left out: DEFAULT_PORT. It is none of Slurm's own
 since the service runs on the controller beside them, and it is below
 Linux's ephemeral range (32768-60999), so an outgoing connection never
 holds it when the service starts. `doctor` checks the configured port
-against the running slurm.conf (doctor/port_checks.py).
+against the running slurm.conf (doctor/security_checks.py).
 """
 from __future__ import annotations
 

@@ -18,6 +18,8 @@ CONNECT_TIMEOUT = 10.0
 # A busy service (service.max_connections) is asked again, with growing
 # pauses, for this long: the Epilogs of a large job arrive at once.
 BUSY_RETRY_FOR = 30.0
+# A ping is answered at once; a port that accepts and stays silent is not the service.
+PING_TIMEOUT = 10.0
 
 
 def _unavailable(host: str, port: int, why: str) -> errors.ServiceUnavailable:
@@ -26,8 +28,9 @@ def _unavailable(host: str, port: int, why: str) -> errors.ServiceUnavailable:
             "the admin must run `slurm-snap serve` on the controller (etc/README.md, \"The service\")")
 
 
-def _exchange(cfg, request: dict, on_frame) -> int:
-    host, port = service_address(cfg.inventory.url)
+def _exchange(cfg, request: dict, on_frame, address: tuple[str, int] | None = None,
+              reply_timeout: float | None = None) -> int:
+    host, port = address or service_address(cfg.inventory.url)
     payload = json.dumps(request, sort_keys=True).encode()
     credential = wire.encode(payload, socket_path=cfg.service.munge_socket)
     give_up, pause = time.monotonic() + BUSY_RETRY_FOR, 0.1
@@ -39,7 +42,7 @@ def _exchange(cfg, request: dict, on_frame) -> int:
         with sock:
             try:
                 wire.send(sock, {"credential": credential})
-                sock.settimeout(cfg.service.timeout + 30)
+                sock.settimeout(reply_timeout or cfg.service.timeout + 30)
                 outcome = receive(sock, on_frame)
             except (ConnectionError, ValueError, socket.timeout, OSError) as exc:
                 raise _unavailable(host, port, f"the connection failed: {exc}") from None
@@ -109,10 +112,11 @@ def forward(cfg, argv: list[str]) -> int:
     return _exchange(cfg, {"v": 1, "kind": "cli", "argv": list(argv), "tz": os.environ.get("TZ", "")}, show)
 
 
-def ping(cfg) -> int:
-    """The uid the service saw for this process (doctor's reachability check)."""
+def ping(cfg, address: tuple[str, int] | None = None) -> int:
+    """The uid the service saw for this process (doctor's reachability check);
+    `address`: the service there instead of the one the inventory URL names."""
     out: dict = {}
-    code = _exchange(cfg, {"v": 1, "kind": "ping"}, lambda obj: out.update(obj))
+    code = _exchange(cfg, {"v": 1, "kind": "ping"}, lambda obj: out.update(obj), address, reply_timeout=PING_TIMEOUT)
     if code != 0 or not isinstance(out.get("result"), dict):
         raise errors.ServiceUnavailable(why=f"the slurm-snap service answered the check with status {code}")
     return int(out["result"]["uid"])
