@@ -16,7 +16,7 @@ deadline), and the process's peak memory may not grow by more than
 MEMORY_MB from the first tenth of a run's inputs to its end (a length
 field claiming 4 GiB allocates nothing; the first tenth holds hypothesis'
 own warm-up, 200 MB measured). Inputs per target: SLURM_SNAP_FUZZ_EXAMPLES (2,000 here and in
-CI; the long suite, README "Long runs", sets 100,000). Each target counts
+CI; 100,000 in the long run, README "Fuzzing the service"). Each target counts
 the inputs it ran and the test fails if fewer ran than asked.
 """
 from __future__ import annotations
@@ -36,7 +36,8 @@ from slurm_snap import errors  # noqa: E402
 from slurm_snap.protocol.recorder import LocalRecorder, OPS_METHODS  # noqa: E402
 from slurm_snap.service import client, records, server, wire  # noqa: E402
 
-EXAMPLES = int(os.environ.get("SLURM_SNAP_FUZZ_EXAMPLES", "500"))
+# The long suite (SLURM_SNAP_LONG=1) runs 100,000 unless told otherwise.
+EXAMPLES = int(os.environ.get("SLURM_SNAP_FUZZ_EXAMPLES") or (100_000 if os.environ.get("SLURM_SNAP_LONG") else 500))
 DEADLINE_MS = 2000
 MEMORY_MB = 64
 # A socketpair holds this much without a reader: inputs stay below it, so
