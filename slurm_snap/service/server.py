@@ -199,8 +199,8 @@ class Service:
             log.warning("ended the request of %s: it ran past %g s (service.timeout)", where,
                         self.cfg.service.timeout)
             code = errors.TIMEOUT
-            self._safe(reply, {"err": f"slurm-snap: the service ended this request after {self.cfg.service.timeout:g} s "
-                                      "(its [service] timeout)\n"})
+            self._safe(reply, {"err": "slurm-snap: the service ended this request after "
+                                      f"{self.cfg.service.timeout:g} s (its [service] timeout)\n"})
         except errors.SnapError as exc:
             log.warning("refused %s: %s", where, exc)
             code = exc.exit_code
