@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     if "listen" not in cluster.config_path("ctl").read_text():
         return common.finish(args.json, [], [("service load", "the cluster runs no slurm-snap service")])
     q = args.quick
-    each, burst_threads = (5, 20) if q else (25, 20)
+    each, burst_threads = (5, 20) if q else (25, 32)
     hosts = [*cluster.nodes, "login"]
     rows = []
     alone = _run_hosts(cluster, [("login", None)], "ping", 1, 10 if q else 40)

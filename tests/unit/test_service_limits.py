@@ -28,7 +28,12 @@ from test_service import _free_port, munge_socket  # noqa: F401  (a fixture)
 SERVER = """
 import sys, time
 from slurm_snap import config
+from slurm_snap.service import server
 from slurm_snap.service.server import serve
+# A child slow to exit after its reply, as on a loaded controller: what it
+# holds until it exits, the next request of the same client must not need.
+handle = server.Service.handle
+server.Service.handle = lambda self, sock, peer: (handle(self, sock, peer), time.sleep(0.5))
 cfg = config.load(sys.argv[1])
 def run_cli(argv):
     print("started", flush=True)
@@ -43,8 +48,13 @@ import sys
 from slurm_snap import config
 from slurm_snap.service.client import forward
 from slurm_snap.errors import SnapError
+cfg = config.load(sys.argv[1])
 try:
-    sys.exit(forward(config.load(sys.argv[1]), ["show", sys.argv[2]]))
+    for _ in range(int(sys.argv[3]) - 1):   # back to back: each next request as soon as the seal is in
+        code = forward(cfg, ["show", sys.argv[2]])
+        if code:
+            sys.exit(code)
+    sys.exit(forward(cfg, ["show", sys.argv[2]]))
 except SnapError as exc:
     print(exc, file=sys.stderr)
     sys.exit(exc.exit_code)
@@ -66,8 +76,8 @@ class Served:
             time.sleep(0.05)
         raise AssertionError(f"{text!r} not in the service's log:\n{self.log()}")
 
-    def client_run(self, seconds: float, user: str | None = None) -> subprocess.CompletedProcess:
-        argv = [sys.executable, "-c", CLIENT, self.client, str(seconds)]
+    def client_run(self, seconds: float, user: str | None = None, times: int = 1) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-c", CLIENT, self.client, str(seconds), str(times)]
         if user is not None:
             argv = ["/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", "-i", "PATH=/usr/bin:/bin",
                     f"PYTHONPATH={os.pathsep.join(p for p in sys.path if p)}", *argv]
@@ -181,6 +191,12 @@ def test_one_user_over_max_per_user_is_refused_and_others_are_not(served):
     assert "already has 1 request(s) in progress" in second.stderr and "max_per_user" in second.stderr
     assert root.returncode == 0, root.stderr
     served.wait_log(f"(uid {OWNER_UID}): uid {OWNER_UID} already has 1 request(s) in progress")
+
+
+def test_a_user_at_max_per_user_may_send_requests_back_to_back(served):
+    r = served.client_run(0, OWNER, times=5)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert r.stdout.count("slept 0") == 5
 
 
 def test_past_max_connections_the_parent_refuses_busy_and_the_client_tries_again(served):
