@@ -112,8 +112,13 @@ def reader():
 
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=40)
-json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=5)
-                           | st.dictionaries(st.text(max_size=12), inner, max_size=5), max_leaves=12)
+
+
+def _containers(inner):
+    return st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5)
+
+
+json_values = st.recursive(json_scalars, _containers, max_leaves=12)
 
 
 def _frame(body: bytes, length: int | None = None) -> bytes:
