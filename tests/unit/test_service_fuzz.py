@@ -97,6 +97,7 @@ class Reader:
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(timeout=30)
+        self.proc.stdout.close()
 
 
 @pytest.fixture
