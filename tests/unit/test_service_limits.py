@@ -76,6 +76,17 @@ class Served:
             time.sleep(0.05)
         raise AssertionError(f"{text!r} not in the service's log:\n{self.log()}")
 
+    def wait_children(self, n: int, timeout: float = 30) -> None:
+        """Until the service has `n` children serving (the clients' interpreters
+        start slowly on a loaded machine)."""
+        path = f"/proc/{self.proc.pid}/task/{self.proc.pid}/children"
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if len(Path(path).read_text().split()) >= n:
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"the service never had {n} children at once")
+
     def client_run(self, seconds: float, user: str | None = None, times: int = 1) -> subprocess.CompletedProcess:
         argv = [sys.executable, "-c", CLIENT, self.client, str(seconds), str(times)]
         if user is not None:
@@ -182,7 +193,7 @@ def test_one_user_over_max_per_user_is_refused_and_others_are_not(served):
     out: dict[str, subprocess.CompletedProcess] = {}
     first = threading.Thread(target=lambda: out.update(first=served.client_run(2, OWNER)))
     first.start()
-    time.sleep(0.8)                       # the first one is being served
+    served.wait_children(1)               # the first one is being served
     second = served.client_run(0, OWNER)
     root = served.client_run(0)           # root (the hooks) counts only against max_connections
     first.join(30)
@@ -200,10 +211,10 @@ def test_a_user_at_max_per_user_may_send_requests_back_to_back(served):
 
 
 def test_past_max_connections_the_parent_refuses_busy_and_the_client_tries_again(served):
-    hold = [threading.Thread(target=served.client_run, args=(2,)) for _ in range(2)]
+    hold = [threading.Thread(target=served.client_run, args=(2.5,)) for _ in range(2)]
     for h in hold:
         h.start()
-    time.sleep(0.8)
+    served.wait_children(2)
     # A raw client sees the refusal itself: one frame, unsealed, before any work.
     with socket.create_connection(("127.0.0.1", served.port), timeout=10) as s:
         me = s.getsockname()[1]
