@@ -8,7 +8,7 @@
 # is root's alone) and login holds no credentials at all.
 # Sets INVENTORY_URL (ctl), NODE_INVENTORY_URL, LOGIN_INVENTORY_URL, SERVICE_LISTEN.
 
-SERVICE_PORT=6819
+SERVICE_PORT=6830
 
 inventory_dir() {
 	case $INVENTORY in

@@ -43,14 +43,25 @@ class InventoryConfig:
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    # On the controller: where `slurm-snap serve` listens ("ADDR:PORT").
-    # Nodes and login hosts do not set it: their [inventory] url names it
-    # (slurm-snap://ADDR:PORT) and they hold no database credentials.
+    # On the controller: where `slurm-snap serve` listens ("ADDR[:PORT]",
+    # port 6830 when left out: none of Slurm's 6817-6820). Nodes and login
+    # hosts do not set it: their [inventory] url names it
+    # (slurm-snap://ADDR[:PORT]) and they hold no database credentials.
     listen: str = ""
     # munged's socket; "" is munge's own default (/run/munge/munge.socket.2).
     munge_socket: str = ""
-    # How long a forwarded command may run (a snapshot, a restore drill).
+    # How long a request may run (a snapshot, a restore drill); past it the
+    # service ends the request and tells the client.
     timeout: float = 3600.0
+    # A request must arrive whole within this many seconds: a client that
+    # sends a byte at a time holds a connection no longer.
+    request_timeout: float = 10.0
+    # Requests served at once; one more is refused as busy (logged with its
+    # peer) and the client tries again for up to 30 s.
+    max_connections: int = 64
+    # Requests of one user served at once (root's, the hooks', count only
+    # against max_connections).
+    max_per_user: int = 8
 
 
 @dataclass(frozen=True)
@@ -418,8 +429,9 @@ def _check_semantics(cfg: Config) -> None:
         parse_address(cfg.inventory.url[len(SCHEME):], what="inventory.url", config=p)
     if cfg.service.listen:
         parse_address(cfg.service.listen, what="service.listen", config=p)
-    if cfg.service.timeout <= 0:
-        raise ConfigError(path=p, key="service.timeout", why="must be positive")
+    for key in ("timeout", "request_timeout", "max_connections", "max_per_user"):
+        if getattr(cfg.service, key) <= 0:
+            raise ConfigError(path=p, key=f"service.{key}", why="must be positive")
     if not 0 < cfg.ssh.port < 65536:
         raise ConfigError(path=p, key="ssh.port", why=f"{cfg.ssh.port} is not a TCP port")
     for node, host in cfg.ssh.addresses.items():

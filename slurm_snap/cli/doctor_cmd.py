@@ -11,7 +11,7 @@ import os
 import click
 
 from .. import errors
-from ..doctor import probes, site_checks, slurm_checks
+from ..doctor import probes, security_checks, site_checks, slurm_checks
 from ..slurm import commands
 
 GRACE_DAYS = 30
@@ -36,9 +36,12 @@ def command(ctx, no_slurm, no_nodes, node, as_json):
     suggested: slowest x 1.5 + 10 s). What each hook runs is read as slurmd
     runs it (a glob such as Prolog=/etc/slurm/prolog.d/* expanded); a site
     program that does not name slurm-snap's entry point cannot be verified
-    here, and the line says how to check it by hand. Slurm unreachable is a
-    finding; the other checks still run. Exit 0 when every check passed, 3
-    otherwise."""
+    here, and the line says how to check it by hand. The live setup is checked
+    against SECURITY.md: the service's port against Slurm's (slurm.conf,
+    slurmdbd.conf) and the ephemeral range, owners and modes of the
+    configuration, the SQLite inventory, the SSH key and known_hosts and
+    munge's key, SSH as root. Slurm unreachable is a finding; the other
+    checks still run. Exit 0 when every check passed, 3 otherwise."""
     cfg = ctx.config
     findings = []
     nodes = None
@@ -59,6 +62,9 @@ def command(ctx, no_slurm, no_nodes, node, as_json):
     # Slurm asked but silent: still the controller's view, without the nodes.
     controller = not no_slurm and not cfg.via_service and node is None
     findings += site_checks.check_local(cfg, probes.local(cfg, node=node, node_local=not controller))
+    findings += security_checks.check_files(cfg, probes.trusted_files(cfg))
+    if not cfg.via_service and node is None:
+        findings += security_checks.check_ssh_account(cfg)
     if controller and nodes is not None:
         facts = probes.topology(cfg, nodes, node_doctor=None if no_nodes else probes.node_doctor)
         findings += site_checks.check_topology(cfg, facts)
@@ -76,6 +82,8 @@ def _slurm_checks(ctx, cfg, slurm, parts):
         findings += slurm_checks.check_cli_filter(cfg, path, probes.read_text(path))
     if not cfg.via_service:
         findings += _grace_observed(ctx, cfg, parts)
+    if cfg.service.listen:
+        findings += security_checks.check_service_port(cfg, probes.port_facts(slurm))
     entry = slurm_checks.our_script("PrologSlurmctld", hooks["PrologSlurmctld"])
     if entry is not None:
         findings += slurm_checks.check_entry_point(cfg, entry.path, probes.read_text(entry.path))

@@ -7,7 +7,8 @@ from .. import errors
 
 
 @click.command("serve")
-@click.option("--listen", metavar="ADDR:PORT", help="Address to listen on [default: service.listen].")
+@click.option("--listen", metavar="ADDR[:PORT]",
+              help="Address to listen on, port 6830 when left out [default: service.listen].")
 @click.option("--pidfile", metavar="FILE", help="Write the server's PID here (removed on exit).")
 @click.pass_obj
 def command(ctx, listen, pidfile):
@@ -23,7 +24,7 @@ def command(ctx, listen, pidfile):
     cfg = ctx.config
     listen = listen or cfg.service.listen
     if not listen:
-        raise errors.UsageError("serve needs --listen ADDR:PORT or [service] listen in the configuration")
+        raise errors.UsageError("serve needs --listen ADDR[:PORT] or [service] listen in the configuration")
     if cfg.via_service:
         raise errors.UsageError(f"{cfg.path} names the service itself as the inventory ({cfg.inventory.url}); "
                                 "the controller's configuration names the database")

@@ -5,14 +5,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import socket
 import sys
+import time
 
 from .. import errors
 from . import wire
 from .address import service_address
 
 CONNECT_TIMEOUT = 10.0
+# A busy service (service.max_connections) is asked again, with growing
+# pauses, for this long: the Epilogs of a large job arrive at once.
+BUSY_RETRY_FOR = 30.0
+# A ping is answered at once; a port that accepts and stays silent is not the service.
+PING_TIMEOUT = 10.0
 
 
 def _unavailable(host: str, port: int, why: str) -> errors.ServiceUnavailable:
@@ -21,41 +28,72 @@ def _unavailable(host: str, port: int, why: str) -> errors.ServiceUnavailable:
             "the admin must run `slurm-snap serve` on the controller (etc/README.md, \"The service\")")
 
 
-def _exchange(cfg, request: dict, on_frame) -> int:
-    host, port = service_address(cfg.inventory.url)
+def _exchange(cfg, request: dict, on_frame, address: tuple[str, int] | None = None,
+              reply_timeout: float | None = None) -> int:
+    host, port = address or service_address(cfg.inventory.url)
     payload = json.dumps(request, sort_keys=True).encode()
     credential = wire.encode(payload, socket_path=cfg.service.munge_socket)
-    try:
-        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
-    except OSError as exc:
-        raise _unavailable(host, port, exc.strerror or str(exc)) from None
-    frames: list[bytes] = []
-    with sock:
+    give_up, pause = time.monotonic() + BUSY_RETRY_FOR, 0.1
+    while True:
         try:
-            wire.send(sock, {"credential": credential})
-            sock.settimeout(cfg.service.timeout + 30)
-            while True:
-                obj, raw = wire.recv(sock)
-                if "exit" in obj:
-                    _check_seal(cfg, obj, frames, credential, host, port)
-                    return int(obj["exit"])
-                frames.append(raw)
-                on_frame(obj)
-        except (ConnectionError, ValueError, socket.timeout, OSError) as exc:
-            raise _unavailable(host, port, f"the connection failed: {exc}") from None
+            sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+        except OSError as exc:
+            raise _unavailable(host, port, exc.strerror or str(exc)) from None
+        with sock:
+            try:
+                wire.send(sock, {"credential": credential})
+                sock.settimeout(reply_timeout or cfg.service.timeout + 30)
+                outcome = receive(sock, on_frame)
+            except (ConnectionError, ValueError, socket.timeout, OSError) as exc:
+                raise _unavailable(host, port, f"the connection failed: {exc}") from None
+        if isinstance(outcome, Busy):
+            # Refused before MUNGE read the credential: the same one serves again.
+            if time.monotonic() + pause > give_up:
+                raise _unavailable(host, port, f"{outcome.why}; still busy after {BUSY_RETRY_FOR:g} s")
+            time.sleep(pause * random.uniform(0.5, 1.5))
+            pause = min(pause * 2, 2.0)
+            continue
+        final, frames = outcome
+        _check_seal(cfg, final, frames, credential, host, port)
+        return int(final["exit"])
+
+
+class Busy:
+    """The service refused before any work (service.max_connections)."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def receive(sock, on_frame) -> "Busy | tuple[dict, list[bytes]]":
+    """A reply's frames, each handed to `on_frame` as it comes: a busy
+    refusal, or (the final frame, every frame before it as sent). A frame of
+    another shape is a wire.FrameError: the stream is not a service's."""
+    frames: list[bytes] = []
+    while True:
+        obj, raw = wire.recv(sock)
+        if not frames and set(obj) == {"busy"} and isinstance(obj["busy"], str):
+            return Busy(obj["busy"][:500])
+        if "exit" in obj:
+            if set(obj) != {"exit", "seal"} or type(obj["exit"]) is not int or not isinstance(obj["seal"], str):
+                raise wire.FrameError("the reply's last frame is not {exit, seal}")
+            return obj, frames
+        if len(obj) != 1 or not (isinstance(obj.get("out"), str) or isinstance(obj.get("err"), str)
+                                 or "result" in obj):
+            raise wire.FrameError(f"a reply frame of an unknown shape ({', '.join(sorted(obj))[:100]})")
+        frames.append(raw)
+        on_frame(obj)
 
 
 def _check_seal(cfg, final: dict, frames: list[bytes], credential: str, host: str, port: int) -> None:
     """The reply is the controller's: root sealed it over this request."""
-    seal = final.get("seal")
-    if not isinstance(seal, str):
-        raise _unavailable(host, port, "the reply was not sealed")
     try:
-        uid, _gid, body = wire.decode(seal, socket_path=cfg.service.munge_socket)
+        uid, _gid, body = wire.decode(final["seal"], socket_path=cfg.service.munge_socket)
         data = json.loads(body)
     except (errors.PermissionDenied, ValueError) as exc:
         raise _unavailable(host, port, f"the reply's seal was refused: {exc}") from None
-    if uid != 0 or data.get("digest") != wire.digest(frames) or data.get("exit") != final.get("exit") \
+    if uid != 0 or not isinstance(data, dict) or data.get("digest") != wire.digest(frames) \
+            or data.get("exit") != final["exit"] \
             or data.get("request") != hashlib.sha256(credential.encode()).hexdigest():
         raise _unavailable(host, port, f"the reply's seal does not match (sealed by uid {uid})")
 
@@ -79,10 +117,11 @@ def forward(cfg, argv: list[str]) -> int:
     return _exchange(cfg, request, show)
 
 
-def ping(cfg) -> int:
-    """The uid the service saw for this process (doctor's reachability check)."""
+def ping(cfg, address: tuple[str, int] | None = None) -> int:
+    """The uid the service saw for this process (doctor's reachability check);
+    `address`: the service there instead of the one the inventory URL names."""
     out: dict = {}
-    code = _exchange(cfg, {"v": 1, "kind": "ping"}, lambda obj: out.update(obj))
+    code = _exchange(cfg, {"v": 1, "kind": "ping"}, lambda obj: out.update(obj), address, reply_timeout=PING_TIMEOUT)
     if code != 0 or not isinstance(out.get("result"), dict):
         raise errors.ServiceUnavailable(why=f"the slurm-snap service answered the check with status {code}")
     return int(out["result"]["uid"])
