@@ -36,6 +36,22 @@ def _scrub_env(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _no_machine_spool():
+    """A test's Epilogs keep their spool under the test's own directory
+    ([spool] directory), never in the machine's default place."""
+    from slurm_snap.config import SpoolConfig
+
+    path = SpoolConfig.directory
+    existed = os.path.exists(path)
+    yield
+    if not existed and os.path.exists(path):
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        pytest.fail(f"the test wrote the machine's spool {path}: give its configuration a [spool] directory")
+
+
+@pytest.fixture(autouse=True)
 def _signal_state():
     """A client installed by a test blocks its request signals in this
     process and starts a sigwait thread: undo both, newest first, and put

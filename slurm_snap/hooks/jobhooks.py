@@ -72,6 +72,10 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
         # The job will not run: no notice to print, but report/show say why.
         raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
     jobdir = JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid)
+    resuming = job.restart_count > 0 and job.node == job.head_node
+    # The preempted run's job.json, before this run's replaces it: what the
+    # resume point is judged from when the service cannot be asked.
+    previous = _previous_job(jobdir) if resuming else None
     told: list[str] = []
     try:
         jobdir.write_job(JobRecord(job_id=job.job_id, restart_count=job.restart_count, user=job.user,
@@ -85,13 +89,14 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
                     f"snapshots of it (slurm-snap show {job.job_id})" for r in refused]
             raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
         resumed = ""
-        if job.restart_count > 0 and job.node == job.head_node:
+        if resuming:
             from ..protocol import preempt
 
             left = remaining()
             # What is left of the hook's budget, less the time to write
             # resume.json and this node's file once the moves are done.
-            info = preempt.prepare_resume(cfg, inv, job, budget=None if left is None else max(0.0, left - 5.0))
+            info = preempt.prepare_resume(cfg, inv, job, budget=None if left is None else max(0.0, left - 5.0),
+                                          previous=previous)
             resumed = f"; resume point: {info.to_json()}" if info else "; no app-consistent set to resume from"
             if info and info.missing:
                 # The job's output says which parts its ranks start without
@@ -114,6 +119,14 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
             jobdir.write_prolog_done(job.node, job.restart_count, told)
         except (OSError, SnapError) as exc:
             log.error("job %s: prolog file for %s not written: %s", job.job_id, job.node, exc)
+
+
+def _previous_job(jobdir: JobDir) -> JobRecord | None:
+    try:
+        return jobdir.read_job()
+    except (OSError, SnapError) as exc:
+        log.warning("job %s: the previous run's job.json not read: %s", jobdir.job_id, exc)
+        return None
 
 
 def _record_refusals(cfg: Config, inv, job: JobEnv, specs: list, refused: list) -> bool:
@@ -225,15 +238,41 @@ def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
 
 
 def epilog(cfg: Config, inv, job: JobEnv) -> str:
-    why, t, slurm = _not_preempted(cfg, job)
-    if why:
-        return why
     from ..protocol import preempt
 
-    from .policy import remaining
+    if not job.on_preempt:
+        return "not --snapshot-on-preempt"
+    try:
+        t, slurm = _preempt_time(cfg, job)
+        if not t:
+            return "not preempted"
+        when = f"preempted at {t}"
+    except SnapError as exc:
+        # slurmctld did not answer (restarting, or this node is cut off from
+        # the controller): the ranks' acknowledgements on the shared
+        # filesystem still say whether this was a preemption.
+        seen = preempt.ranks_saw_preemption(cfg, job)
+        if not seen:
+            raise
+        t = slurm = 0
+        when = f"squeue failed ({exc}), but {seen}: preempted"
+    result = preempt.epilog_cut(cfg, inv, job, preempt_time=t or None, killed_at=slurm or None,
+                                remaining=remaining(), refusal=lambda v: _refusal(cfg, v, job))
+    return f"{when}: {result}"
 
-    result = preempt.epilog_cut(cfg, inv, job, preempt_time=t, killed_at=slurm, remaining=remaining())
-    return f"preempted at {t}: {result}"
+
+def _refusal(cfg: Config, spec: VolumeRecord, job: JobEnv) -> str:
+    """Why this node must not cut `spec` (the Prolog's own check of a path
+    that already exists, run again at the cut), "" when it may."""
+    if cfg.volume_class(spec.volume_class) is None:
+        return f"its class {spec.volume_class!r} is no longer configured"
+    try:
+        _prepare_volume(cfg, spec, job, create=False)
+    except PathError as exc:
+        return exc.kwargs.get("why") or str(exc)
+    except (OSError, SnapError) as exc:
+        return f"cannot be checked: {exc}"
+    return ""
 
 
 HOOKS = {

@@ -33,6 +33,8 @@ def apply(repo, st, v: Verdict, *, at: dt.datetime | None = None) -> None:
             break
         if S.allowed(st.state, step):
             repo.transition(st.id, step, at=at)
-    fields = dict(consistency=v.consistency, reason=v.reason[:8000], failed_nodes=list(v.failed_nodes),
+    # The earned label: the repository's transition derives the set's own
+    # from it and the state (states.labels_for).
+    fields = dict(consistency=v.parts_consistency, reason=v.reason[:8000], failed_nodes=list(v.failed_nodes),
                   skew_seconds=v.skew_seconds, checkpoint_step=v.checkpoint_step, manifest_ok=v.manifest_ok)
     repo.transition(st.id, v.state, at=at, **fields)
