@@ -42,20 +42,20 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     COMPLETE: frozenset({VERIFIED, FAILED_RESTORE, PARTIAL, DELETING}),
     VERIFIED: frozenset({VERIFIED, FAILED_RESTORE, PARTIAL, DELETING}),
     FAILED_RESTORE: frozenset({VERIFIED, FAILED_RESTORE, PARTIAL, DELETING}),
-    # -> COMPLETE, PARTIAL: a late part (LATE_JOIN).
-    PARTIAL: frozenset({COMPLETE, DELETING}),
-    FAILED: frozenset({COMPLETE, PARTIAL, DELETING}),
+    PARTIAL: frozenset({DELETING}),
+    FAILED: frozenset({DELETING}),
     ROLLED_BACK: frozenset({DELETING}),
     DELETING: frozenset({DELETED}),
-    # -> DELETING: a part delivered after the set was pruned; prune removes it.
-    DELETED: frozenset({DELETING}),
+    DELETED: frozenset(),
 }
 
 # The edges only a late part may take (protocol.recorder's deliver, under the
-# set's row lock, after recording the part): the verdict over every recorded
-# part decides, so PARTIAL -> COMPLETE only when the set's app-consistency
-# evidence (every barrier before every cut, every manifest) holds with the
-# part in it, and an event says which node's part came late.
+# set's row lock, after recording the part; `transition(..., late=True)`):
+# the verdict over every recorded part decides, so PARTIAL -> COMPLETE only
+# when the set's app-consistency evidence (every barrier before every cut,
+# every manifest) holds with the part in it, and an event names the node
+# whose part came late. DELETED -> DELETING: the part of a set pruned before
+# it arrived; prune removes it.
 LATE_JOIN = frozenset({(PARTIAL, COMPLETE), (FAILED, COMPLETE), (FAILED, PARTIAL), (DELETED, DELETING)})
 
 # A part's states (one snapshot row of a set: one volume on one node).
@@ -100,8 +100,9 @@ WANTED = (WANT_APP, WANT_CRASH)
 TRIGGERS = ("preempt", "manual", "periodic", "epilog")
 
 
-def allowed(old: str, new: str) -> bool:
-    return new in TRANSITIONS.get(old, frozenset())
+def allowed(old: str, new: str, *, late: bool = False) -> bool:
+    """The table's edges; with `late`, also a late part's (LATE_JOIN)."""
+    return new in TRANSITIONS.get(old, frozenset()) or (late and (old, new) in LATE_JOIN)
 
 
 def drillable(state: str, consistency: str) -> bool:

@@ -73,16 +73,18 @@ class SetQueries:
             raise NotFound(what="snapshot set", value=str(set_id))
         return st
 
-    def transition(self, set_id: int, new: str, *, at: dt.datetime | None = None, **fields: Any) -> SnapshotSet:
+    def transition(self, set_id: int, new: str, *, at: dt.datetime | None = None, late: bool = False,
+                   **fields: Any) -> SnapshotSet:
         """Move a set along the state machine, stamping the phase time.
 
         Row-locked (FOR UPDATE on servers; SQLite's BEGIN IMMEDIATE already
         serializes writers) so two finalizers cannot both win. A move into a
         failure state counts in the same transaction (failures.py): the
-        counter and the set cannot disagree.
+        counter and the set cannot disagree. `late`: a late part's delivery,
+        the one caller that may take states.LATE_JOIN's edges.
         """
         st = self.get_set(set_id, lock=True)
-        if not S.allowed(st.state, new):
+        if not S.allowed(st.state, new, late=late):
             raise InvalidTransition(set_id=set_id, old=st.state, new=new)
         if "consistency" in fields or new in S.NOT_A_POINT:
             # The one place the two labels are written (states.labels_for): a

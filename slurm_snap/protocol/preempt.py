@@ -48,7 +48,8 @@ from ..spool.records import SpoolEntry
 from .. import states as S
 from .barrier import AckCollector
 from .cutter import CutResult, assign_manifests, cut_all, preempt_names
-from .recorder import LocalRecorder, as_time, open_set, recorder_for
+from .preemptset import as_time, open_set
+from .recorder import LocalRecorder, recorder_for
 
 log = logging.getLogger(__name__)
 

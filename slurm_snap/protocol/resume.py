@@ -147,9 +147,9 @@ def resume_from_files(cfg, jobdir, previous: JobRecord, *, nodes: list[str], wan
     controller uses. None unless that says app-consistent and COMPLETE. A
     node-local part is used where it is: a rank that now runs on another
     node is named missing (moving parts needs the controller)."""
-    from ..inventory.records import SnapshotRecord
     from .barrier import AckCollector
     from .cutter import assign_manifests
+    from .delivery import snapshot_record
     from .verdict import judge
 
     epoch = preempt_epoch(previous.restart_count)
@@ -170,10 +170,7 @@ def resume_from_files(cfg, jobdir, previous: JobRecord, *, nodes: list[str], wan
             v = ids.get((p.node if p.scope == "node-local" else "", p.path))
             if v is None:
                 continue
-            parts.append(SnapshotRecord(volume_id=v.id, backend=p.backend, name=p.name, ref=p.ref,
-                                        path=p.snapshot_path, node=p.node, cut_started_at=p.cut_started_at,
-                                        cut_at=p.cut_at, state=p.state, error=p.error, shared_key=p.shared_key,
-                                        manifest_ok=p.manifest_ok))
+            parts.append(snapshot_record(v.id, p))
             if p.ok and p.snapshot_path:
                 held.append(_Part(v.id, _Volume(v.scope, v.node, v.path, v.volume_class), p.snapshot_path))
     signalled = [a.signalled_at for a in acks if a.signalled_at]

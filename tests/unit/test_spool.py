@@ -17,7 +17,7 @@ from slurm_snap import errors
 from slurm_snap.jobrecords import Ack, CutPart, EarlyDecision, ManifestEntry
 from slurm_snap.nodeagent import agent
 from slurm_snap.nodeagent.agent import Pass, PassResult, backoff, run_once
-from slurm_snap.protocol.recorder import Delivered
+from slurm_snap.protocol.delivery import Delivered
 from slurm_snap.spool import outbox as outbox_mod
 from slurm_snap.spool.outbox import Outbox, has_entries
 from slurm_snap.spool.records import AgentState, SpoolEntry
