@@ -280,14 +280,16 @@ mnt_down() {
 	fi
 }
 
-# PIDs of every process inside this cluster's network or mount namespaces:
-# ours by construction (daemons, jobs, hooks, sessions started in them).
+# PIDs of every process inside this cluster's network or mount namespaces
+# (or those of the hosts named): ours by construction (daemons, jobs, hooks,
+# sessions started in them).
 host_pids() {
-	local h ino pid link want=" "
-	for h in $HOSTS sw; do
+	local h ino pid link want=" " hosts=${*:-$HOSTS sw}
+	for h in $hosts; do
 		ino=$(ns_inode "$(netns_path "$h")") && want="$want net:[$ino] "
 	done
-	for h in $HOSTS; do
+	for h in $hosts; do
+		[ "$h" = sw ] && continue
 		mnt_ns_alive "$h" || continue
 		ino=$(ns_inode "$(mntns_path "$h")") && want="$want mnt:[$ino] "
 	done
@@ -299,6 +301,36 @@ host_pids() {
 			case $want in *" $link "*) printf '%s\n' "$pid"; break ;; esac
 		done
 	done
+}
+
+# A node "rebooted" (dev-cluster reboot): every process in its namespaces is
+# killed at once, as a power cut would, and both namespaces are destroyed;
+# net_up and mnt_up make them again. Its disks and its private tree
+# (STATE/hosts/H: config, logs, the slurm-snap spool) stay, as a disk does.
+host_power_off() {
+	local h=$1 pids pid i alive
+	pids=$(host_pids "$h" | tr '\n' ' ')
+	if [ -n "${pids// /}" ]; then
+		kill -KILL $pids 2>/dev/null || true
+		for i in $(seq 1 50); do
+			alive=""
+			for pid in $pids; do running "$pid" && alive="$alive $pid"; done
+			[ -n "$alive" ] || break
+			sleep 0.1
+		done
+	fi
+	if mnt_ns_alive "$h"; then
+		umount "$(mntns_path "$h")" 2>/dev/null || umount -l "$(mntns_path "$h")" || die "cannot unmount $(mntns_path "$h")"
+	fi
+	rm -f "$(mntns_path "$h")"
+	netns_exists "$(netns_of "$h")" && ip netns del "$(netns_of "$h")"
+	return 0
+}
+
+# A host's link cut or restored at the switch (dev-cluster net): its eth0
+# loses its carrier, packets to and from it go nowhere, its processes live on.
+host_link() {
+	ip -n "$SWITCH_NS" link set "$TAG-$1" "$2"
 }
 
 stop_host_processes() {
