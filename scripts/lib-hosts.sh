@@ -327,6 +327,18 @@ host_power_off() {
 	return 0
 }
 
+# After host_power_off and net_up: the host's new eth0 has a new MAC (a real
+# NIC keeps its own across a reboot), so every other host forgets the old one
+# rather than send to it until its neighbour entry expires.
+host_forget_mac() {
+	local h=$1 o
+	for o in $HOSTS; do
+		[ "$o" = "$h" ] && continue
+		netns_exists "$(netns_of "$o")" && ip -n "$(netns_of "$o")" neigh flush to "$(host_addr "$h")" 2>/dev/null
+	done
+	return 0
+}
+
 # A host's link cut or restored at the switch (dev-cluster net): its eth0
 # loses its carrier, packets to and from it go nowhere, its processes live on.
 host_link() {

@@ -73,9 +73,6 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
         raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
     jobdir = JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid)
     resuming = job.restart_count > 0 and job.node == job.head_node
-    # The preempted run's job.json, before this run's replaces it: what the
-    # resume point is judged from when the service cannot be asked.
-    previous = _previous_job(jobdir) if resuming else None
     told: list[str] = []
     try:
         jobdir.write_job(JobRecord(job_id=job.job_id, restart_count=job.restart_count, user=job.user,
@@ -95,8 +92,7 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
             left = remaining()
             # What is left of the hook's budget, less the time to write
             # resume.json and this node's file once the moves are done.
-            info = preempt.prepare_resume(cfg, inv, job, budget=None if left is None else max(0.0, left - 5.0),
-                                          previous=previous)
+            info = preempt.prepare_resume(cfg, inv, job, budget=None if left is None else max(0.0, left - 5.0))
             resumed = f"; resume point: {info.to_json()}" if info else "; no app-consistent set to resume from"
             if info and info.missing:
                 # The job's output says which parts its ranks start without
@@ -119,14 +115,6 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
             jobdir.write_prolog_done(job.node, job.restart_count, told)
         except (OSError, SnapError) as exc:
             log.error("job %s: prolog file for %s not written: %s", job.job_id, job.node, exc)
-
-
-def _previous_job(jobdir: JobDir) -> JobRecord | None:
-    try:
-        return jobdir.read_job()
-    except (OSError, SnapError) as exc:
-        log.warning("job %s: the previous run's job.json not read: %s", jobdir.job_id, exc)
-        return None
 
 
 def _record_refusals(cfg: Config, inv, job: JobEnv, specs: list, refused: list) -> bool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .fields import Fields, check_name, iso
+from .job import JobRecord
 
 PART_STATES = ("CUT", "MISSING")   # states.PART_CUT, states.PART_MISSING (stdlib only here)
 _PART_FIELDS = ("volume_class", "scope", "node", "path", "backend", "name", "ref", "snapshot_path",
@@ -87,31 +88,36 @@ class CutPart:
 @dataclass(frozen=True)
 class CutRecord:
     """cut/<epoch>/<node>.json: the parts `node` cut for `epoch`, the set's
-    id when the node could open it (None: cut without the inventory), and
-    the request's lower bound it knew (Unix seconds, None: unknown)."""
+    id when the node could open it (None: cut without the inventory), the
+    request's lower bound it knew (Unix seconds, None: unknown), and the
+    preempted run's job.json as the Epilog read it (`job`): the requeued
+    run's Prologs write their own job.json, each node's at its own moment,
+    so the run that was preempted is described here, where nothing replaces it."""
 
     epoch: str
     node: str
     parts: tuple[CutPart, ...] = ()
     set_id: int | None = None
     preempt_time: float | None = None
+    job: JobRecord | None = None
 
     FILE = "cut"
 
     def to_json(self) -> dict:
         return {"epoch": check_name("epoch", self.epoch), "node": check_name("node name", self.node),
                 "parts": [p.to_json() for p in self.parts], "set_id": self.set_id,
-                "preempt_time": self.preempt_time}
+                "preempt_time": self.preempt_time, "job": None if self.job is None else self.job.to_json()}
 
     @classmethod
     def parse(cls, data, source: str = "") -> "CutRecord":
         f = Fields("cut record", data, source)
-        f.only(("epoch", "node", "parts", "set_id", "preempt_time"))
+        f.only(("epoch", "node", "parts", "set_id", "preempt_time", "job"))
         parts = f.get("parts")
         if not isinstance(parts, list):
             raise f.bad("parts", parts, "expected a list")
-        set_id, at = f.get("set_id", None), f.get("preempt_time", None)
+        set_id, at, job = f.get("set_id", None), f.get("preempt_time", None), f.get("job", None)
         return cls(epoch=f.name("epoch", f.get("epoch"), "epoch"), node=f.name("node", f.get("node"), "node name"),
                    parts=tuple(CutPart.parse(p, f"{source} parts[{i}]") for i, p in enumerate(parts)),
                    set_id=None if set_id is None else f.integer("set_id", set_id),
-                   preempt_time=None if at is None else f.number("preempt_time", at))
+                   preempt_time=None if at is None else f.number("preempt_time", at),
+                   job=None if job is None else JobRecord.parse(job, source))

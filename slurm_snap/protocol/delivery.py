@@ -40,6 +40,28 @@ def snapshot_record(volume_id: int, p: CutPart) -> SnapshotRecord:
                           manifest_ok=p.manifest_ok)
 
 
+def _record_run(cfg, repo, entry: SpoolEntry):
+    """The preempted run as the node's entry describes it, when PrologSlurmctld
+    could not record it (the database was away when the job started); with
+    its declared volumes, as job.json lists them, on the controller's
+    classes. NotFound when the entry cannot say (no job.json)."""
+    if entry.job is None or not entry.job.volumes:
+        raise NotFound(what="job run", value=f"{entry.job_id}.{entry.restart_count}")
+    run = repo.record_job_run(job_id=entry.job_id, restart_count=entry.restart_count,
+                              user_name=entry.job.user or str(entry.uid), uid=entry.uid, partition=entry.partition,
+                              nodes=list(entry.job.nodes or entry.nodes), options=dict(entry.options))
+    specs = []
+    for v in entry.job.volumes:
+        vc = cfg.volume_class(v.volume_class)
+        specs.append(dataclasses.replace(v, backend=vc.backend if vc else "", site=vc.site if vc else "",
+                                         region=vc.region if vc else ""))
+    repo.add_volumes(run, specs)
+    repo.event("preempt", f"run {entry.job_id}.{entry.restart_count} recorded from {entry.node}'s spool: "
+               "PrologSlurmctld had not recorded it (the inventory was away when the job started)",
+               job_id=entry.job_id, node=entry.node, level="warning")
+    return run
+
+
 def deliver(cfg, inv, entry: SpoolEntry, *, clock=utcnow) -> Delivered:
     """Record one node's spool entry: its acknowledgements, its parts and
     rank 0's early-release decision; the delivery that brings the last
@@ -58,13 +80,11 @@ def deliver(cfg, inv, entry: SpoolEntry, *, clock=utcnow) -> Delivered:
                                     why=f"set {st.id} is job {st.job_id}'s {st.epoch}, not job "
                                         f"{entry.job_id}'s {entry.epoch}")
         else:
-            run = repo.find_job_run(entry.job_id, entry.restart_count)
-            if run is None:
-                raise NotFound(what="job run", value=f"{entry.job_id}.{entry.restart_count}")
+            run = repo.find_job_run(entry.job_id, entry.restart_count) or _record_run(cfg, repo, entry)
             _run, opened, _created = open_set(repo, cfg, entry.job_id, entry.restart_count,
                                               preempt_time=t_pre, now=clock(), run=run)
             st = repo.get_set(opened.id, lock=True)
-        set_id, was = st.id, st.state
+        set_id = st.id
         rows = {(v.node or "", v.path): v.id for v in repo.volumes(st.job_run)}
         parts, unknown = [], []
         for p in entry.parts:

@@ -176,6 +176,9 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
     t_pre = as_time(preempt_time)
     t_kill = as_time(killed_at) or t_pre
     jobdir = JobDir(cfg.paths.barrier_dir, job.job_id)
+    # The preempted run's job.json: what this node cuts when the inventory does
+    # not answer, and, in its cut record, what the requeued run is judged by.
+    known = _job_file(jobdir)
     offline = ""
     try:
         opened = rec.open(job_id=job.job_id, restart_count=job.restart_count, node=node,
@@ -189,7 +192,6 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
             return f"set {opened.set_id} ({opened.epoch}) is already {opened.state}; nothing to cut on {node}"
         share = _from_inventory(opened)
     else:
-        known = _job_file(jobdir)
         if known is None:
             raise SnapError(f"cannot record ({offline}) and the job's job.json is missing or unreadable, so "
                             "there is nothing this node knows to cut")
@@ -229,13 +231,18 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
         hook("cut")
         parts = tuple(_cut_part(r) for r in results)
         _write_cut_record(dirs, CutRecord(epoch=epoch, node=node, parts=parts, set_id=set_id,
-                                          preempt_time=t_pre.timestamp() if t_pre else None))
+                                          preempt_time=t_pre.timestamp() if t_pre else None,
+                                          job=known if known is not None and known.restart_count == share.restart_count
+                                          else None))
         entry = SpoolEntry(job_id=job.job_id, restart_count=share.restart_count, node=node, nodes=tuple(nodes),
                            uid=share.uid, written_at=clock(), parts=parts,
                            acks=tuple(unrecorded), set_id=set_id,
                            preempt_time=t_pre.timestamp() if t_pre else None,
                            killed_at=t_kill.timestamp() if t_kill else None,
-                           early=_early_decision(dirs, epoch, share.uid) if node == head else None, offline=offline)
+                           early=_early_decision(dirs, epoch, share.uid) if node == head else None, offline=offline,
+                           job=known if known is not None and known.restart_count == share.restart_count else None,
+                           partition=getattr(job, "partition", "") or "",
+                           options=job.options() if hasattr(job, "options") else {})
         out = _keep_and_deliver(cfg, rec, entry)
         hook("record")
         return out
@@ -258,13 +265,14 @@ def _write_cut_record(dirs: JobDir, record: CutRecord) -> None:
 
 def _keep_and_deliver(cfg, rec, entry: SpoolEntry) -> str:
     """Keep the entry in this node's spool, then deliver it now unless the
-    inventory is away or older entries wait (the node agent delivers in
-    order; every hook's exit starts it when the spool holds something)."""
+    inventory is away. Older entries (a backlog from while it was away) are
+    the node agent's, delivered oldest first; every hook's exit starts it
+    when the spool holds something. Entries are independent (one per node,
+    job and epoch), so this one need not wait behind them."""
     cut = sum(p.ok for p in entry.parts)
     did = f"{entry.node} cut {cut}/{len(entry.parts)} volumes of job {entry.job_id}'s {entry.epoch}"
     outbox = Outbox.of(cfg)
     try:
-        older = outbox.names()
         name = outbox.put(entry)
     except (SpoolError, OSError) as exc:
         if entry.offline:
@@ -275,11 +283,9 @@ def _keep_and_deliver(cfg, rec, entry: SpoolEntry) -> str:
                              why=f"{did} without the inventory ({entry.offline}) and could not keep the record: "
                                  f"{exc}") from None
         log.error("job %s: %s", entry.job_id, exc)
-        name, older = None, []
+        name = None
     if entry.offline:
         return f"{did} without the inventory ({entry.offline}); kept in its spool for the node agent"
-    if [n for n in older if n != name]:
-        return f"{did}; kept in its spool behind {len(older)} older entries, which the node agent delivers first"
     try:
         delivered = rec.deliver(entry=entry)
     except SnapError as exc:
@@ -321,14 +327,13 @@ def _job_file(jobdir: JobDir) -> JobRecord | None:
         return None
 
 
-def prepare_resume(cfg, inventory, job, *, budget: float | None = None,
-                   previous: JobRecord | None = None) -> ResumeRecord | None:
+def prepare_resume(cfg, inventory, job, *, budget: float | None = None) -> ResumeRecord | None:
     """Write resume.json for a requeued run from the newest app-consistent
     set, after its node-local parts were brought to where the ranks now run
     (protocol.resume; within `budget` seconds and restore.move_budget).
-    When the service or the database does not answer, from the files of the
-    preempted run on the shared filesystem (`previous`: its job.json, read
-    before this run's Prolog replaced it; protocol.resume.resume_from_files)."""
+    When the service or the database does not answer, from the files the
+    preempted run's Epilogs left on the shared filesystem
+    (protocol.resume.resume_from_files)."""
     from .resume import resume_from_files
 
     jobdir = JobDir(cfg.paths.barrier_dir, job.job_id)
@@ -336,9 +341,9 @@ def prepare_resume(cfg, inventory, job, *, budget: float | None = None,
         found = recorder_for(cfg, inventory).resume_point(job_id=job.job_id, nodes=list(job.nodes or [job.node]),
                                                           restart_count=job.restart_count, budget=budget)
     except SnapError as exc:
-        if not away(exc) or previous is None:
+        if not away(exc) or job.restart_count < 1:
             raise
-        resume = resume_from_files(cfg, jobdir, previous, nodes=list(job.nodes or [job.node]),
+        resume = resume_from_files(cfg, jobdir, job.restart_count - 1, nodes=list(job.nodes or [job.node]),
                                    wanted=job.options().get("consistency") or S.WANT_APP, uid=job.uid)
         if resume is None:
             raise

@@ -99,7 +99,18 @@ class LocalRecorder:
 
     def deliver(self, *, entry: SpoolEntry) -> Delivered:
         """Record one node's spool entry (protocol.delivery.deliver)."""
-        return deliver(self.cfg, self.inv, entry, clock=self.clock)
+        from sqlalchemy.exc import IntegrityError
+
+        for attempt in (1, 2):
+            try:
+                return deliver(self.cfg, self.inv, entry, clock=self.clock)
+            except IntegrityError:
+                # Another node's delivery recorded the same missing run (or
+                # opened the same set) between our look and our insert: the
+                # second attempt finds it.
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def resume_point(self, *, job_id: int, nodes: list[str] | None = None, restart_count: int | None = None,
                      budget: float | None = None) -> ResumePoint | None:

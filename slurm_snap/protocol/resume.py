@@ -23,7 +23,7 @@ import time
 from collections import namedtuple
 
 from .. import states as S
-from ..jobrecords import JobRecord, ResumeRank, ResumeRecord, preempt_epoch
+from ..jobrecords import ResumeRank, ResumeRecord, preempt_epoch
 from . import nodelocal
 
 # How often resume_point looks again at a preemption set still being delivered.
@@ -138,12 +138,12 @@ _Volume = namedtuple("_Volume", "scope node path volume_class")
 _Part = namedtuple("_Part", "id volume path")
 
 
-def resume_from_files(cfg, jobdir, previous: JobRecord, *, nodes: list[str], wanted: str,
+def resume_from_files(cfg, jobdir, restart_count: int, *, nodes: list[str], wanted: str,
                       uid: int) -> ResumeRecord | None:
     """resume.json from the shared filesystem alone, for a requeued run whose
-    head node cannot ask the service: the preempted run's job.json
-    (`previous`, read before this run's Prolog replaced it), its ranks'
-    acknowledgements and every node's cut record, judged by the verdict the
+    head node cannot ask the service: the cut records of the preempted run
+    (`restart_count`, its epoch preempt-<restart_count>) with the job.json
+    its Epilogs read, its ranks' acknowledgements, judged by the verdict the
     controller uses. None unless that says app-consistent and COMPLETE. A
     node-local part is used where it is: a rank that now runs on another
     node is named missing (moving parts needs the controller)."""
@@ -152,11 +152,12 @@ def resume_from_files(cfg, jobdir, previous: JobRecord, *, nodes: list[str], wan
     from .delivery import snapshot_record
     from .verdict import judge
 
-    epoch = preempt_epoch(previous.restart_count)
+    epoch = preempt_epoch(restart_count)
     cuts = jobdir.read_cuts(epoch)
-    old_nodes = list(previous.nodes)
-    if not cuts or not old_nodes or not os.path.isdir(jobdir.ack):
+    previous = next((r.job for r in cuts.values() if r.job is not None), None)
+    if previous is None or not previous.nodes or not os.path.isdir(jobdir.ack):
         return None
+    old_nodes = list(previous.nodes)
     with AckCollector(jobdir.ack, job_id=previous.job_id, epoch=epoch, nodes=old_nodes, owner_uid=uid) as c:
         c.rescan()
     # When each file existed is what its rank wrote: it was there before any

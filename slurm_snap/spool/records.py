@@ -18,15 +18,15 @@ delivered.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..jobrecords import Ack, CutPart, EarlyDecision, preempt_epoch
+from ..jobrecords import Ack, CutPart, EarlyDecision, JobRecord, preempt_epoch
 from ..jobrecords.fields import Fields, iso
 
 SPOOL_VERSION = 1
 _ENTRY_FIELDS = ("version", "job_id", "restart_count", "node", "nodes", "uid", "written_at", "parts", "acks",
-                 "set_id", "preempt_time", "killed_at", "early", "offline")
+                 "set_id", "preempt_time", "killed_at", "early", "offline", "job", "partition", "options")
 
 
 def _opt_time(f: Fields, field: str, value) -> datetime | None:
@@ -62,6 +62,9 @@ class SpoolEntry:
     killed_at: float | None = None       # Slurm's PreemptTime as the Epilog saw it (the kill)
     early: EarlyDecision | None = None
     offline: str = ""
+    job: JobRecord | None = None
+    partition: str = ""
+    options: dict = field(default_factory=dict)
 
     LABEL = "spool entry"
 
@@ -75,7 +78,9 @@ class SpoolEntry:
                 "parts": [p.to_json() for p in self.parts],
                 "acks": [{"ack": a.to_json(), "seen_at": iso(a.seen_at)} for a in self.acks],
                 "set_id": self.set_id, "preempt_time": self.preempt_time, "killed_at": self.killed_at,
-                "early": None if self.early is None else self.early.to_json(), "offline": self.offline}
+                "early": None if self.early is None else self.early.to_json(), "offline": self.offline,
+                "job": None if self.job is None else self.job.to_json(), "partition": self.partition,
+                "options": dict(self.options)}
 
     @classmethod
     def parse(cls, data, source: str = "") -> "SpoolEntry":
@@ -103,6 +108,10 @@ class SpoolEntry:
             got_acks.append(ack.seen(_opt_time(f, f"acks[{i}].seen_at", item["seen_at"])))
         set_id = f.get("set_id", None)
         early = f.get("early", None)
+        job = f.get("job", None)
+        options = f.get("options", {})
+        if not isinstance(options, dict):
+            raise f.bad("options", options, "expected an object")
         return cls(job_id=job_id, restart_count=f.integer("restart_count", f.get("restart_count")),
                    node=f.name("node", f.get("node"), "node name"), nodes=nodes,
                    uid=f.integer("uid", f.get("uid")), written_at=f.aware("written_at", f.get("written_at")),
@@ -111,7 +120,9 @@ class SpoolEntry:
                    preempt_time=_opt_number(f, "preempt_time", f.get("preempt_time", None)),
                    killed_at=_opt_number(f, "killed_at", f.get("killed_at", None)),
                    early=None if early is None else EarlyDecision.parse(early, f"{source} early"),
-                   offline=f.string("offline", f.get("offline", "")))
+                   offline=f.string("offline", f.get("offline", "")),
+                   job=None if job is None else JobRecord.parse(job, source),
+                   partition=f.string("partition", f.get("partition", "")), options=dict(options))
 
 
 @dataclass(frozen=True)

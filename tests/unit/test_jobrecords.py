@@ -35,7 +35,10 @@ RECORDS = [
                  missing=("scratch part of rank(s) 1 (cut on n2): no copy survives",)),
     EarlyDecision(epoch="preempt-0", decision="requeued", at=1.5e9, why="preempted at X", all_acknowledged_at=1.4e9),
     EarlyDecision(epoch="preempt-0", decision="waited", at=1.5e9, why="not every rank acknowledged in time"),
-    CutRecord(epoch="preempt-1", node="n2", set_id=None, preempt_time=1.5e9, parts=(
+    CutRecord(epoch="preempt-1", node="n2", set_id=None, preempt_time=1.5e9, job=JobRecord(
+        job_id=77, restart_count=1, user="alice", nodes=("n2",),
+        volumes=(VolumeRecord(path="/scratch/jobs/77", scope="node-local", volume_class="scratch", node="n2"),)),
+        parts=(
         CutPart(volume_class="scratch", scope="node-local", node="n2", path="/scratch/jobs/77", backend="btrfs",
                 name="slurm-snap-77-r1-0123456789ab", ref="/scratch/jobs/.snapshots/x",
                 snapshot_path="/scratch/jobs/.snapshots/x", cut_started_at=T0, cut_at=T0, manifest_ok=True),
@@ -81,6 +84,7 @@ def test_an_acknowledgement_round_trips_through_its_bytes():
     (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": "all"}, "parts", "'all'"),
     (CutRecord, {"epoch": "preempt-0", "node": "../n1", "parts": []}, "node", "'../n1'"),
     (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "set_id": -1}, "set_id", "-1"),
+    (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "job": {"volumes": "all"}}, "volumes", "'all'"),
     (CutPart, {"volume_class": "s", "scope": "local", "node": "n1", "path": "/s", "backend": "b", "name": "x",
                "state": "CUT"}, "scope", "'local'"),
     (CutPart, {"volume_class": "s", "scope": "shared", "node": "", "path": "s", "backend": "b", "name": "x",

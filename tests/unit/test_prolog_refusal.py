@@ -240,7 +240,7 @@ def test_a_prolog_that_fails_still_leaves_word_for_the_job(site, monkeypatch, ca
     neither wait out their bound nor stay silent."""
     from slurm_snap.hooks import jobhooks
 
-    def broken(cfg, inv, job, *, budget=None, previous=None):
+    def broken(cfg, inv, job, *, budget=None):
         raise RuntimeError("resume lookup exploded")
 
     monkeypatch.setattr("slurm_snap.protocol.preempt.prepare_resume", broken)
@@ -262,7 +262,7 @@ def test_parts_a_requeued_run_starts_without_are_told_in_the_jobs_output(site, m
 
     asked = {}
 
-    def resume(cfg, inv, job, *, budget=None, previous=None):
+    def resume(cfg, inv, job, *, budget=None):
         asked["budget"] = budget
         return ResumeRecord.parse({"set_id": 12, "step": 40, "checkpoint": {"live": "/x", "snapshot": None},
                                    "ranks": {}, "missing": ["scratch part of rank(s) 1 (cut on n2) is not on n4: "

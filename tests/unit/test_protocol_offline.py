@@ -211,17 +211,42 @@ def test_a_requeued_run_resumes_from_the_shared_files_when_the_service_is_away(e
     for n in env.nodes:
         preempt.epilog_cut(on(env, n), Away(), job(env, n), preempt_time=(now() - dt.timedelta(seconds=5)).timestamp())
     jd = JobDir(env.cfg.paths.barrier_dir, env.job_id)
-    previous = jd.read_job()
-    resume = preempt.prepare_resume(env.cfg, Away(), job(env, "n1"), previous=previous)
+    # The requeued run's other Prologs may replace job.json before its head
+    # node's asks: the preempted run is described by the cut records.
+    jd.write_job(dataclasses.replace(jd.read_job(), restart_count=1, nodes=("n9",), volumes=()))
+    resume = preempt.prepare_resume(env.cfg, Away(), job(env, "n1"))
     assert resume is not None and resume.set_id == "preempt-0" and resume.step == 11 and resume.missing == ()
     assert jd.read_resume() == resume
     r0 = resume.rank(0)
     name = part_name(env.job_id, 0, "n1", env.local_paths["n1"])
     assert r0.checkpoint.endswith(f"/.snapshots/{name}/ckpt-rank0.pt") and os.path.getsize(r0.checkpoint) == 100
     # on other nodes, a node-local part cannot be moved without the controller: named missing
-    moved = preempt.prepare_resume(env.cfg, Away(), Job(env.job_id, 1, "n3", ("n3", "n4")), previous=previous)
+    moved = preempt.prepare_resume(env.cfg, Away(), Job(env.job_id, 1, "n3", ("n3", "n4")))
     assert moved.rank(0).checkpoint is None and "could not be asked" in moved.rank(0).missing
     # an incomplete barrier is no resume point: the service's error stands
     os.unlink(os.path.join(env.ack_dir, "n2.1.json"))
     with pytest.raises(errors.ServiceUnavailable):
-        preempt.prepare_resume(env.cfg, Away(), job(env, "n1"), previous=previous)
+        preempt.prepare_resume(env.cfg, Away(), job(env, "n1"))
+
+
+def test_a_run_prologslurmctld_never_recorded_is_recorded_from_the_spool(tmp_path):
+    """The database was away when the job started (PrologSlurmctld failed)
+    and when it was preempted: the nodes' entries carry job.json, and the
+    first delivery records the run and its volumes; the set completes."""
+    env = make_env(tmp_path, nodes=("n1", "n2"), uid=0, user="root", record=False)
+    vols = [VolumeRecord(path=env.local_paths[n], scope="node-local", volume_class="scratch", node=n)
+            for n in env.nodes] + [VolumeRecord(path=env.shared_path, scope="shared", volume_class="pfs")]
+    JobDir(env.cfg.paths.barrier_dir, env.job_id).ensure(0).write_job(
+        JobRecord(job_id=env.job_id, restart_count=0, user="root", nodes=env.nodes, volumes=tuple(vols)))
+    ack_all(env)
+    for n in env.nodes:
+        preempt.epilog_cut(on(env, n), Away(), job(env, n))
+    for n in env.nodes:
+        run_once(on(env, n), recorder=LocalRecorder(env.cfg, env.inv))
+    st, parts, events = the_set(env)
+    assert (st.state, st.consistency, len(parts)) == (S.COMPLETE, S.APP, 3), st.reason
+    with env.inv.session() as repo:
+        run = repo.find_job_run(env.job_id, 0)
+        assert run is not None and sorted(run.nodes) == ["n1", "n2"] and len(repo.volumes(run)) == 3
+        assert run.options.get("consistency") == "app"
+        assert any("PrologSlurmctld had not recorded it" in e.message for e in repo.events(job_id=env.job_id))
