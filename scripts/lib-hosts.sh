@@ -319,6 +319,9 @@ host_power_off() {
 			sleep 0.1
 		done
 	fi
+	# Its daemons are dead by construction; a killed one may linger as a
+	# zombie with its name (pid_from_file would take it for alive).
+	rm -f "$STATE/hosts/$h/run/"*.pid
 	if mnt_ns_alive "$h"; then
 		umount "$(mntns_path "$h")" 2>/dev/null || umount -l "$(mntns_path "$h")" || die "cannot unmount $(mntns_path "$h")"
 	fi

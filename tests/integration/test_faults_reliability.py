@@ -45,6 +45,7 @@ ACTIVE = ("PENDING", "QUIESCING", "CUTTING", "CUT")
 STEP = re.compile(r"^step (\d+)$", re.M)
 RESUMED = re.compile(r"^resumed from step (\d+) \((.*)\)$", re.M)
 N2_LEFT = re.compile(r"^exit rank \d+ node n2$", re.M)
+SWEEP_TIME = 15.0
 
 
 # --- the jobs -------------------------------------------------------------------------------
@@ -183,7 +184,9 @@ def _outcome(cluster, name: str, jobs: dict[int, Path], *, t0: float, healed: fl
     if os.environ.get("SLURM_SNAP_FIGURES"):
         with open(os.environ["SLURM_SNAP_FIGURES"], "a") as f:
             f.write(line + "\n")
-    assert figures["worst_past_deadline_s"] <= bound + 5, (figures, sets)
+    # The bound, plus the sweep's own time (20 sets labelled while 20 requeued
+    # runs start on the 2-core machine: 8 s measured).
+    assert figures["worst_past_deadline_s"] <= bound + SWEEP_TIME, (figures, sets)
     assert figures["parts_lost"] == 0 and figures["parts_cut"] > 0, (lost, cut, sets)
     assert figures["complete_app"] == len(ids), {j: (s["state"], s["consistency"], s["reason"]) for j, s in
                                                  sets.items()}
@@ -345,11 +348,19 @@ def test_a_nodes_spool_on_a_full_disk(cluster):
         cluster.run(["/usr/bin/dd", "if=/dev/zero", f"of={spool}/filler", "bs=64k"], host="n2")
         df = cluster.run(["/usr/bin/df", "--output=avail", "-B1", spool], host="n2").stdout.split()
         assert int(df[-1]) < 64 * 1024, df
+        seen = {}
+
+        def heal():
+            # While the service was away: n2's entry is in its full spool, the
+            # reserve given up for it.
+            entries = cluster.run(["/usr/bin/ls", f"{spool}/entries"], host="n2").stdout.split()
+            seen.update(entries=[e for e in entries if e.endswith(".json")], reserve=reserve().returncode == 0)
+            cluster.start("service")
         figures = _three_node_cut(cluster, "a node's spool disk full", before=lambda: cluster.stop("service"),
-                                  heal=lambda: cluster.start("service"), settle=15)
+                                  heal=heal, settle=15)
         said = cluster.hook_log("n2")
         assert "kept in its spool" in said, said[-3000:]
-        assert reserve().returncode != 0   # given up for the entry
+        assert len(seen["entries"]) == 1 and seen["reserve"] is False, seen
         assert figures["parts_lost"] == 0
     finally:
         if mounted:
