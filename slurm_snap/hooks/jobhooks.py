@@ -56,6 +56,13 @@ def record_job(cfg: Config, inv, job: JobEnv) -> str:
 
 
 def prolog(cfg: Config, inv, job: JobEnv) -> str:
+    if job.restart_count > 0:
+        # A requeued run: this node may still hold the preempted run's spool
+        # entry, and the head node's resume point waits for it. Deliver now,
+        # not after the agent's backoff (one scandir when the spool is empty).
+        from ..nodeagent.agent import kick
+
+        kick(cfg, reached_service=True)
     declared = parse_declaration(cfg, job.volumes)
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
     mine = [s for s in specs if s.node == job.node or (s.scope == "shared" and job.node == job.head_node)]

@@ -193,8 +193,9 @@ class _Lazy:
 def kick(cfg, *, reached_service: bool = False) -> bool:
     """Called by every hook on its way out: start one pass in the background
     when the spool holds something (nothing when it is empty: one scandir).
-    `reached_service`: this hook just talked to the service, so the pass
-    ignores the backoff. Never raises; True when a pass was started."""
+    `reached_service`: this hook just talked to the service (or is a
+    requeued run's Prolog, whose resume point waits for the delivery), so the
+    pass ignores the backoff. Never raises; True when a pass was started."""
     try:
         if not has_entries(cfg.spool.directory):
             return False

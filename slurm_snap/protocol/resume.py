@@ -9,7 +9,9 @@ first (protocol.nodelocal) when the run landed elsewhere.
 
 The requeued run's Prolog may run while the preempted run's set is still
 being delivered (a node's part waits in its spool for the node agent):
-resume_point waits for that set to be finalized, within half of its budget.
+resume_point waits for that set to be finalized, and for every part the
+nodes' cut records name to be in it (the set may not exist yet: nobody could
+open it while the database was away), within half of its budget.
 When the service cannot be asked at all, the head node judges the preempted
 run's set from the files every node wrote on the shared filesystem
 (resume_from_files: job.json, the acknowledgements, each node's cut
@@ -23,6 +25,8 @@ import time
 from collections import namedtuple
 
 from .. import states as S
+from ..errors import BadValueError
+from ..jobdir import JobDir
 from ..jobrecords import ResumeRank, ResumeRecord, preempt_epoch
 from . import nodelocal
 
@@ -51,20 +55,42 @@ def _part_for(live: str, node: str, parts) -> tuple[object | None, str | None]:
     return None, None
 
 
-def _wait_for_preemption_set(inventory, job_id: int, limit: float) -> None:
-    """Until no preemption set of the job is in flight, or `limit` seconds."""
+def _undelivered(repo, job_id: int, epoch: str, cut: set[str]) -> bool:
+    """Parts (by name) the preempted run's nodes cut (their cut records) that the
+    inventory does not hold yet in a finalized set of that epoch."""
+    st = repo.newest_set(job_id, consistency=None, states=S.STATES)
+    if st is None or st.epoch != epoch or st.state in S.ACTIVE:
+        return True
+    return not cut <= {p.name for p in repo.snapshots(st.id)}
+
+
+def _wait_for_preemption_set(cfg, inventory, job_id: int, restart_count: int | None, limit: float) -> None:
+    """Until no preemption set of the job is in flight and every part the
+    preempted run's nodes cut is in its finalized set, or `limit` seconds.
+    The second: nodes that cut while the inventory was away deliver from
+    their spools, and the set may not even exist yet (nobody could open it)."""
+    cut: set[str] = set()
+    epoch = preempt_epoch(restart_count - 1) if restart_count else None
+    if epoch is not None:
+        try:
+            cuts = JobDir(cfg.paths.barrier_dir, job_id).read_cuts(epoch)
+        except (OSError, BadValueError):
+            cuts = {}  # unreadable here: wait only for the sets in flight, as before
+        cut = {p.name for r in cuts.values() for p in r.parts if p.state == S.PART_CUT}
     deadline = time.monotonic() + limit
     while True:
         with inventory.session() as repo:
             busy = [st.id for st in repo.active_sets(job_id=job_id) if st.trigger == "preempt"]
-        if not busy or time.monotonic() >= deadline:
+            waiting = bool(cut) and _undelivered(repo, job_id, epoch, cut)
+        if not (busy or waiting) or time.monotonic() >= deadline:
             return
         time.sleep(POLL)
 
 
 def resume_point(cfg, inventory, job_id: int, *, nodes: list | None = None, restart_count: int | None = None,
                  budget: float | None = None) -> ResumePoint | None:
-    _wait_for_preemption_set(inventory, job_id, (cfg.timeouts.hook_budget if budget is None else budget) / 2)
+    _wait_for_preemption_set(cfg, inventory, job_id, restart_count,
+                             (cfg.timeouts.hook_budget if budget is None else budget) / 2)
     with inventory.session() as repo:
         st = repo.newest_set(job_id, consistency=S.APP)
         if st is None:

@@ -113,6 +113,12 @@ class Outbox:
             os.fsync(fd)
             return True
         except OSError:
+            # No reserve rather than a short one: a full disk's Epilog would
+            # give up a file that frees nothing.
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
             return False
         finally:
             os.close(fd)

@@ -128,6 +128,19 @@ def test_a_full_disk_gives_up_the_reserve_for_the_entry(cfg, monkeypatch):
         box.put(entry(job_id=8))
 
 
+def test_a_reserve_the_disk_cannot_hold_leaves_no_file(cfg, monkeypatch):
+    """No short reserve: a full disk's Epilog would give up a file that frees nothing."""
+    box = Outbox.of(cfg).prepare()
+
+    def no_space(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(outbox_mod.os, "posix_fallocate", no_space)
+    assert box.ensure_reserve() is False
+    assert not os.path.exists(os.path.join(cfg.spool.directory, "reserve"))
+    monkeypatch.undo()
+    assert box.ensure_reserve() and os.path.getsize(os.path.join(cfg.spool.directory, "reserve")) == 65536
+
+
 # --- the agent --------------------------------------------------------------------------------
 class FakeRecorder:
     def __init__(self, away_after: int | None = None, refuse: set[int] = frozenset()):
