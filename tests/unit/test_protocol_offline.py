@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import threading
+import time
 
 import pytest
 
@@ -252,15 +254,9 @@ def test_a_run_prologslurmctld_never_recorded_is_recorded_from_the_spool(tmp_pat
         assert any("PrologSlurmctld had not recorded it" in e.message for e in repo.events(job_id=env.job_id))
 
 
-def test_a_requeued_runs_resume_point_waits_for_the_parts_still_in_the_spools(tmp_path):
-    """The fault suite's MariaDB finding: the database away from the job's
-    start to its cut, back before the requeued run's head Prolog asks; the
-    nodes' entries are still in their spools (their agents back off), so the
-    inventory has no set yet. The resume point waits (within half the
-    Prolog's budget) until the cut records' parts are delivered."""
-    import threading
-    import time
-
+def cut_offline_never_recorded(tmp_path):
+    """The database away from the job's start (PrologSlurmctld recorded
+    nothing) to its cut: every node cut its node-local part into its spool."""
     env = make_env(tmp_path, nodes=("n1", "n2"), uid=0, user="root", record=False)
     vols = [VolumeRecord(path=env.local_paths[n], scope="node-local", volume_class="scratch", node=n)
             for n in env.nodes]
@@ -269,6 +265,16 @@ def test_a_requeued_runs_resume_point_waits_for_the_parts_still_in_the_spools(tm
     ack_all(env)
     for n in env.nodes:
         preempt.epilog_cut(on(env, n), Away(), job(env, n))
+    return env
+
+
+def test_a_requeued_runs_resume_point_waits_for_the_parts_still_in_the_spools(tmp_path):
+    """The fault suite's MariaDB finding: the database away from the job's
+    start to its cut, back before the requeued run's head Prolog asks; the
+    nodes' entries are still in their spools (their agents back off), so the
+    inventory has no set yet. The resume point waits (within half the
+    Prolog's budget) until the cut records' parts are delivered."""
+    env = cut_offline_never_recorded(tmp_path)
 
     def deliver_later():
         time.sleep(1.5)
@@ -291,16 +297,7 @@ def test_a_requeued_runs_resume_point_waits_for_the_parts_still_in_the_spools(tm
 
 
 def test_a_resume_point_waits_no_longer_than_its_limit_for_a_spool_never_delivered(tmp_path):
-    env = make_env(tmp_path, nodes=("n1", "n2"), uid=0, user="root", record=False)
-    vols = [VolumeRecord(path=env.local_paths[n], scope="node-local", volume_class="scratch", node=n)
-            for n in env.nodes]
-    JobDir(env.cfg.paths.barrier_dir, env.job_id).ensure(0).write_job(
-        JobRecord(job_id=env.job_id, restart_count=0, user="root", nodes=env.nodes, volumes=tuple(vols)))
-    ack_all(env)
-    for n in env.nodes:
-        preempt.epilog_cut(on(env, n), Away(), job(env, n))
-    import time
-
+    env = cut_offline_never_recorded(tmp_path)
     t0 = time.monotonic()
     assert preempt.prepare_resume(env.cfg, env.inv, job(env, "n1"), budget=3) is None
     assert 1.4 <= time.monotonic() - t0 < 4
