@@ -18,6 +18,7 @@ def command(ctx, listen, pidfile):
     drills left RUNNING, so no set waits for a person (repair stays for
     operators: it also removes orphan snapshots)."""
     import os
+    import sys
 
     from ..protocol.recorder import OPS
     from ..service.server import serve
@@ -32,7 +33,9 @@ def command(ctx, listen, pidfile):
                                 "the controller's configuration names the database")
     if os.geteuid() != 0:
         raise errors.PermissionDenied(why="serve runs as root: it acts for the users MUNGE vouches for")
-    serve(cfg, listen=listen, pidfile=pidfile, run_cli=main, ops=OPS, sweep=sweep)
+    # A bug in a user's command: the user sees one line, the service's log the traceback.
+    serve(cfg, listen=listen, pidfile=pidfile, run_cli=lambda argv: main(argv, bug_log=sys.__stderr__.write),
+          ops=OPS, sweep=sweep)
 
 
 def sweep(cfg) -> list[str]:
