@@ -9,6 +9,7 @@ import time
 import click
 
 from .. import errors
+from .context import DurationType
 
 
 def _report_lines(report) -> list[str]:
@@ -33,8 +34,9 @@ def _as_dict(report) -> dict:
 @click.command("node-agent")
 @click.option("--now", is_flag=True, help="Try at once, whatever the backoff after the service was away says.")
 @click.option("--status", is_flag=True, help="Say what waits in this node's spool and the backoff; change nothing.")
-@click.option("--loop", type=click.FloatRange(min=1.0), metavar="SECONDS",
-              help="Run a pass every SECONDS until stopped (the dev cluster's stand-in for the systemd timer).")
+@click.option("--loop", type=DurationType(bare_seconds=True, positive=True), metavar="DURATION",
+              help="Run a pass every DURATION (at least 1 s; bare seconds too) until stopped (the dev "
+                   "cluster's stand-in for the systemd timer).")
 @click.option("--pidfile", metavar="FILE", help="With --loop: write the loop's PID here (removed on exit).")
 @click.option("--json", "as_json", is_flag=True, help="Print the pass as JSON.")
 @click.option("--quiet", is_flag=True, help="Print nothing (a hook's background pass).")
@@ -69,6 +71,8 @@ def command(ctx, now, status, loop, pidfile, as_json, quiet):
                 click.echo(f"the service was away {state.failures} time(s) in a row: {state.last_error}")
         return
     if loop:
+        if loop < 1.0:
+            raise errors.BadValueError(what="--loop", value=str(loop), why="at least 1 s between passes")
         _loop(cfg, loop, pidfile)
         return
     report = run_once(cfg, force=now)
