@@ -280,17 +280,50 @@ daemons_all_up() {
 	pid_from_file "$CTLD_PID" slurmctld >/dev/null || return 1
 	for n in $NODES; do pid_from_file "$(slurmd_pidfile "$n")" slurmd >/dev/null || return 1; done
 	for n in $NODES; do pid_from_file "$STATE/hosts/$n/run/sshd.pid" sshd >/dev/null || return 1; done
+	for n in $NODES; do pid_from_file "$(node_agent_pidfile "$n")" slurm-snap >/dev/null || return 1; done
 	inventory_running
+}
+
+# --- slurm-snap's node agents --------------------------------------------------
+# The stand-in for etc/slurm-snap-node-agent.timer (this cluster has no
+# systemd): on every node `slurm-snap node-agent --loop` runs one pass every
+# NODE_AGENT_EVERY seconds (the timer's period is 30 s; shorter here, so the
+# fault tests' figures are not the timer's), started and stopped by its PID
+# file like the other daemons, and started again by `reboot` as a node's
+# systemd would start the timer at boot.
+NODE_AGENT_EVERY=5
+node_agent_pidfile() { printf '%s/hosts/%s/run/slurm-snap-node-agent.pid\n' "$STATE" "$1"; }
+
+start_node_agents() {
+	local n i
+	slurm_paths
+	for n in ${1:-$NODES}; do
+		pid_from_file "$(node_agent_pidfile "$n")" slurm-snap >/dev/null && continue
+		spawn_on "$n" "$STATE/hosts/$n/log/slurm-snap-node-agent.log" /usr/bin/setsid -f \
+			/usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+			"$HELPER" --config "$SNAP_CONFIG" node-agent --loop "$NODE_AGENT_EVERY" \
+			--pidfile "$STATE/local/run/slurm-snap-node-agent.pid"
+	done
+	for n in ${1:-$NODES}; do
+		for i in $(seq 1 100); do
+			pid_from_file "$(node_agent_pidfile "$n")" slurm-snap >/dev/null && break
+			sleep 0.1
+		done
+		pid_from_file "$(node_agent_pidfile "$n")" slurm-snap >/dev/null ||
+			die "the node agent on $n wrote no PID file (log: $STATE/hosts/$n/log/slurm-snap-node-agent.log)"
+	done
+}
+
+stop_node_agents() {
+	local n
+	for n in ${1:-$NODES}; do stop_pidfile "$(node_agent_pidfile "$n")" slurm-snap; done
 }
 
 start_slurm() {
 	local n
 	slurm_paths
 	install -d -m 0700 "$STATE/hosts/ctl/state"
-	if ! pid_from_file "$CTLD_PID" slurmctld >/dev/null; then
-		spawn_on ctl "$STATE/hosts/ctl/log/slurmctld.out" "$SLURM_SBIN/slurmctld" -f "$SLURM_CONF" ||
-			die "slurmctld failed: $(tail -n 20 "$STATE/hosts/ctl/log/slurmctld.log" 2>/dev/null)"
-	fi
+	start_slurmctld
 	for n in $NODES; do
 		install -d -m 0755 "$STATE/hosts/$n/spool/slurmd"
 		if ! pid_from_file "$(slurmd_pidfile "$n")" slurmd >/dev/null; then
@@ -345,4 +378,11 @@ stop_slurm() {
 	slurm_paths
 	for n in $NODES; do stop_pidfile "$(slurmd_pidfile "$n")" slurmd; done
 	stop_pidfile "$CTLD_PID" slurmctld
+}
+
+start_slurmctld() {
+	slurm_paths
+	pid_from_file "$CTLD_PID" slurmctld >/dev/null && return 0
+	spawn_on ctl "$STATE/hosts/ctl/log/slurmctld.out" "$SLURM_SBIN/slurmctld" -f "$SLURM_CONF" ||
+		die "slurmctld failed: $(tail -n 20 "$STATE/hosts/ctl/log/slurmctld.log" 2>/dev/null)"
 }

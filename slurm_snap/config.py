@@ -62,6 +62,16 @@ class ServiceConfig:
     # Requests of one user served at once (root's, the hooks', count only
     # against max_connections).
     max_per_user: int = 8
+    # Nodes and login hosts: how long to wait for the service to accept a
+    # connection. A hook gives up on it (and keeps what it cut in its spool)
+    # after at most this, so it must stay well inside timeouts.hook_budget.
+    connect_timeout: float = 5.0
+    # On the controller: serve's sweeper finalizes sets left in flight and
+    # drills left RUNNING. It looks every sweep_every seconds and finalizes a
+    # set sweep_after seconds past its deadline (docs/design.md, "No set
+    # waits for a person": the bound is deadline + sweep_after + sweep_every).
+    sweep_every: float = 15.0
+    sweep_after: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,20 @@ class PathsConfig:
     # Spare namespace where restore drills put their clones; never a live volume.
     restore_root: str = "/var/tmp/slurm-snap-restore"
     log_dir: str = "/var/log/slurm-snap"
+
+
+@dataclass(frozen=True)
+class SpoolConfig:
+    # Each node's own durable spool of what its Epilogs cut while the service
+    # or the database was away (slurm_snap/spool): on the node's local disk,
+    # never the barrier directory's shared filesystem.
+    directory: str = "/var/spool/slurm-snap/spool"
+    # Past this many bytes of undelivered entries a new one is refused (the
+    # part is still cut; the hook log says so). One entry is a few kB.
+    max_bytes: int = 64 << 20
+    # Space kept allocated and given up when the disk is full, so the entry
+    # of the Epilog that finds it full still lands.
+    reserve_bytes: int = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -239,6 +263,7 @@ class Config:
     ssh: SshConfig = SshConfig()
     restore: RestoreConfig = RestoreConfig()
     service: ServiceConfig = ServiceConfig()
+    spool: SpoolConfig = SpoolConfig()
     slurm: SlurmConfig = SlurmConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     repair: RepairConfig = RepairConfig()
@@ -293,6 +318,7 @@ _SECTIONS = {
     "ssh": SshConfig,
     "restore": RestoreConfig,
     "service": ServiceConfig,
+    "spool": SpoolConfig,
     "slurm": SlurmConfig,
     "schedule": ScheduleConfig,
     "repair": RepairConfig,
@@ -429,9 +455,16 @@ def _check_semantics(cfg: Config) -> None:
         parse_address(cfg.inventory.url[len(SCHEME):], what="inventory.url", config=p)
     if cfg.service.listen:
         parse_address(cfg.service.listen, what="service.listen", config=p)
-    for key in ("timeout", "request_timeout", "max_connections", "max_per_user"):
-        if getattr(cfg.service, key) <= 0:
-            raise ConfigError(path=p, key=f"service.{key}", why="must be positive")
+    for name in ("timeout", "request_timeout", "max_connections", "max_per_user",
+                 "connect_timeout", "sweep_every", "sweep_after"):
+        if getattr(cfg.service, name) <= 0:
+            raise ConfigError(path=p, key=f"service.{name}", why="must be positive")
+    if not os.path.isabs(cfg.spool.directory) or ".." in cfg.spool.directory.split("/"):
+        raise ConfigError(path=p, key="spool.directory", why=f"{cfg.spool.directory!r} is not a clean absolute path")
+    if cfg.spool.max_bytes < 1 << 20:
+        raise ConfigError(path=p, key="spool.max_bytes", why="must be at least 1048576 (one entry can be 700 kB)")
+    if cfg.spool.reserve_bytes < 0:
+        raise ConfigError(path=p, key="spool.reserve_bytes", why="must not be negative")
     if not 0 < cfg.ssh.port < 65536:
         raise ConfigError(path=p, key="ssh.port", why=f"{cfg.ssh.port} is not a TCP port")
     for node, host in cfg.ssh.addresses.items():

@@ -20,6 +20,11 @@ slow-loris client is cut off then); at most max_connections served at once
 tries again) and max_per_user of one non-root uid; each runs at most
 `timeout` seconds, then it is ended and the client told. Every refusal is a
 line in the service's log naming the peer (and the uid once MUNGE said it).
+
+Between requests the server runs its sweeper (`sweep`, given by `slurm-snap
+serve`: sets left in flight past their deadline, drills left RUNNING) every
+[service] sweep_every seconds, in a forked child like a request, so no set
+waits for a person and a slow database never stalls the accept loop.
 """
 from __future__ import annotations
 
@@ -335,6 +340,10 @@ class _Server(socketserver.ForkingMixIn, socketserver.TCPServer):
     # ends, so nothing is accepted or refused meanwhile: ours refuses instead.
     max_children = 1 << 30
     service: Service
+    sweep: Callable | None = None
+    sweep_every: float = 15.0
+    _next_sweep: float = 0.0
+    _sweeper: int | None = None
 
     def process_request(self, request, client_address):
         self.collect_children()
@@ -348,8 +357,45 @@ class _Server(socketserver.ForkingMixIn, socketserver.TCPServer):
     def finish_request(self, request, client_address):
         self.service.handle(request, client_address)
 
+    def service_actions(self):
+        """Between requests (serve_forever's poll): reap children, and start
+        the sweeper when it is due and the last one has ended."""
+        super().service_actions()
+        if self.sweep is None:
+            return
+        if self._sweeper is not None:
+            try:
+                pid, _status = os.waitpid(self._sweeper, os.WNOHANG)
+            except ChildProcessError:
+                pid = self._sweeper   # reaped with the request children
+            if pid == 0:
+                return
+            self._sweeper = None
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self.sweep_every
+        pid = os.fork()
+        if pid:
+            self._sweeper = pid
+            return
+        status = 1
+        try:
+            # The child must not take the listening socket's requests.
+            self.socket.close()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            for line in self.sweep(self.service.cfg):
+                log.warning("sweeper: %s", line)
+            status = 0
+        except BaseException:  # noqa: BLE001 - the next sweep tries again
+            log.error("sweeper failed:\n%s", traceback.format_exc())
+        finally:
+            os._exit(status)
 
-def serve(cfg, *, listen: str, pidfile: str | None, run_cli, ops) -> None:
+
+def serve(cfg, *, listen: str, pidfile: str | None, run_cli, ops, sweep: Callable | None = None) -> None:
+    """`sweep(cfg) -> lines` runs every [service] sweep_every seconds in a
+    forked child (None: never)."""
     host, port = parse_address(listen, what="--listen")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
@@ -360,6 +406,7 @@ def serve(cfg, *, listen: str, pidfile: str | None, run_cli, ops) -> None:
     # The per-user slots: root's, gone with the service.
     slots = tempfile.mkdtemp(prefix="slurm-snap-serve-")
     srv.service = Service(cfg, run_cli=run_cli, ops=ops, slots_dir=slots)
+    srv.sweep, srv.sweep_every = sweep, cfg.service.sweep_every
     # Every request runs in a forked child: import the ORM once here, not in
     # each child. Each child importing it cost ~0.5 s of CPU, which a burst of
     # preempted jobs' Epilogs (3 requests each) turned into hooks that ran out
@@ -383,6 +430,11 @@ def serve(cfg, *, listen: str, pidfile: str | None, run_cli, ops) -> None:
     except KeyboardInterrupt:
         pass
     finally:
+        if srv._sweeper is not None:
+            try:
+                os.kill(srv._sweeper, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         srv.server_close()
         import shutil
 
