@@ -28,7 +28,7 @@ from slurm_snap.protocol.repair import repair, sweep
 from slurm_snap.spool.outbox import Outbox
 from testkit.inventory_helpers import sets_of_job
 
-AWAY = "cannot reach the slurm-snap service at ctl:6819: timed out after 5 s (check the network path)"
+AWAY = "cannot reach the slurm-snap service at ctl:6830: timed out after 5 s (check the network path)"
 
 
 @dataclasses.dataclass(frozen=True)

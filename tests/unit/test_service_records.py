@@ -28,7 +28,7 @@ CUT = CutPart(volume_class="scratch", scope="node-local", node="n1", path="/s/jo
 ENTRY = SpoolEntry(job_id=7, restart_count=0, node="n1", nodes=("n1", "n2"), uid=1000, written_at=T0, parts=(CUT,),
                    acks=(ACK,), set_id=None, preempt_time=1.5e9, killed_at=None,
                    early=EarlyDecision(epoch="preempt-0", decision="requeued", at=1.5e9, why="x"),
-                   offline="cannot reach the slurm-snap service at ctl:6819: timed out after 5 s")
+                   offline="cannot reach the slurm-snap service at ctl:6830: timed out after 5 s")
 VOLUME = VolumeRecord(path="/s/jobs/7", scope="node-local", volume_class="scratch", backend="btrfs", node="n1", id=3)
 
 CALLS = {

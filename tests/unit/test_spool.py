@@ -49,7 +49,7 @@ def cfg(tmp_path):
 def test_an_entry_parses_back_to_the_same_record():
     e = entry(set_id=None, preempt_time=1.5e9, killed_at=1.5e9 + 12,
               early=EarlyDecision(epoch="preempt-0", decision="requeued", at=1.5e9, why="x"),
-              offline="cannot reach the slurm-snap service at ctl:6819: timed out after 5 s")
+              offline="cannot reach the slurm-snap service at ctl:6830: timed out after 5 s")
     assert SpoolEntry.parse(json.loads(json.dumps(e.to_json()))) == e
     assert e.epoch == "preempt-0" and e.acks[0].seen_at == ACK.seen_at
 
@@ -149,7 +149,7 @@ class FakeRecorder:
 
     def deliver(self, *, entry):
         if self.away_after is not None and len(self.delivered) >= self.away_after:
-            raise errors.ServiceUnavailable(why="cannot reach the slurm-snap service at ctl:6819: connection refused")
+            raise errors.ServiceUnavailable(why="cannot reach the slurm-snap service at ctl:6830: connection refused")
         if entry.job_id in self.refuse:
             raise errors.NotFound(what="job run", value=f"{entry.job_id}.0")
         self.delivered.append(entry.job_id)
