@@ -164,31 +164,44 @@ def check_cli_filter(cfg: Config, path: str, text: str | None) -> list[Finding]:
                                         f"(has {got[0] or '?'}@{got[1] if got[1] is not None else '?'})", fix)]
 
 
-def check_entry_point(cfg: Config, path: str, text: str | None) -> list[Finding]:
+def check_entry_point(cfg: Config, path: str, text: str | None, defaults: str | None = None) -> list[Finding]:
     """The PrologSlurmctld entry point records in the background only if the
-    configuration allows it (policy `closed` must record before the launch)."""
+    configuration allows it (policy `closed` must record before the launch).
+    `defaults` is the text of the file the entry point reads its site
+    overrides from (its DEFAULTS=, /etc/default/slurm-snap for the package)."""
     if text is None:
         return [Finding(False, f"PrologSlurmctld entry point {path} readable", f"install {path} (etc/README.md)")]
     m = re.search(r"^RECORD=(\S+)", text, re.M)
     mode = m.group(1) if m else "foreground"
+    where = path
+    o = re.search(r"^RECORD=(\S+)", defaults or "", re.M)
+    if o:
+        mode = o.group(1)
+        d = re.search(r"^DEFAULTS=(\S+)", text, re.M)
+        where = d.group(1) if d else where
     want = "background" if cfg.hooks.records_in_background else "foreground"
     return [Finding(mode == want, f"PrologSlurmctld entry point records in the {want} (RECORD={mode})",
-                    f"set RECORD={want} in {path} (failure_policy {cfg.hooks.failure_policy!r}, "
+                    f"set RECORD={want} in {where} (failure_policy {cfg.hooks.failure_policy!r}, "
                     f"record_in_background {str(cfg.hooks.record_in_background).lower()})")]
 
 
-def check_local(cfg: Config, *, node: str | None = None, node_local: bool = True) -> list[Finding]:
+def check_local(cfg: Config, *, node: str | None = None, node_local: bool = True,
+                remote: bool = True) -> list[Finding]:
     """slurm-snap's own side: inventory, backends' tools.
 
     `node` is the Slurm node name this host is (doctor run on a node by the
     controller's doctor); `node_local` False leaves node-local classes out,
     for a controller or login host: their scratch is a directory of the
     host's root disk there, not the node's btrfs, and the nodes are checked
-    on their own."""
+    on their own. `remote` False (`doctor --local`) leaves out what another
+    host answers: an inventory on a server or behind the service, and
+    shared classes whose tools run on their host over SSH."""
     out: list[Finding] = []
     from .errors import SnapError
 
     try:
+        if not remote and not cfg.inventory.url.startswith("sqlite"):
+            raise _Done
         if cfg.via_service:
             from .service.client import ping
 
@@ -222,7 +235,7 @@ def check_local(cfg: Config, *, node: str | None = None, node_local: bool = True
             # Its tools run on vc.host (a Lustre MGS, a GPFS manager), driven
             # from the controller: checking this host's PATH would say
             # nothing about them. A node's doctor leaves it to the controller's.
-            if node is None:
+            if node is None and remote:
                 out.extend(check_shared_over_ssh(cfg, vc))
             continue
         try:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import click
 
@@ -14,12 +15,15 @@ from ..slurm.version import config_values
 @click.command("doctor")
 @click.option("--no-slurm", is_flag=True, help="Skip the checks that ask the running Slurm (and the nodes).")
 @click.option("--no-nodes", is_flag=True, help="Do not run doctor's own checks on each node over SSH.")
+@click.option("--local", "local_only", is_flag=True,
+              help="Only the checks that need no Slurm and no other host: this host's backend tools, a "
+                   "SQLite inventory, the barrier directory (what a fresh install can check).")
 @click.option("--node", "node", metavar="NAME",
               help="Check this host as compute node NAME (what the controller's doctor runs on each node).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"version": 1, "findings": [{"ok", "what", "fix"}...], "ok", "problems"} instead of lines.')
 @click.pass_obj
-def command(ctx, no_slurm, no_nodes, node, as_json):
+def command(ctx, no_slurm, no_nodes, local_only, node, as_json):
     """Check Slurm's and slurm-snap's configuration together.
 
     On the controller, node-local volume classes are checked on each node
@@ -30,6 +34,7 @@ def command(ctx, no_slurm, no_nodes, node, as_json):
     suggested: slowest x 1.5 + 10 s). Slurm unreachable is a finding; the
     other checks still run. Exit 0 when every check passed, 3 otherwise."""
     cfg = ctx.config
+    no_slurm = no_slurm or local_only
     findings = []
     nodes = None
     if not no_slurm:
@@ -48,7 +53,7 @@ def command(ctx, no_slurm, no_nodes, node, as_json):
     # nodes' scratch is checked on the nodes (check_topology), not here.
     # Slurm asked but silent: still the controller's view, without the nodes.
     controller = not no_slurm and not cfg.via_service and node is None
-    findings += doctor.check_local(cfg, node=node, node_local=not controller)
+    findings += doctor.check_local(cfg, node=node, node_local=not controller, remote=not local_only)
     if controller and nodes is not None:
         findings += doctor.check_topology(cfg, nodes, run_on_node=None if no_nodes else _run_on_node(cfg))
     bad = sum(1 for f in findings if not f.ok)
@@ -79,7 +84,9 @@ def _slurm_checks(ctx, cfg, slurm, parts):
     for value in config_values(slurm, "PrologSlurmctld"):
         entry = value.split()
         if entry and hooknames.entry_point_name("PrologSlurmctld") in entry[0]:
-            findings += doctor.check_entry_point(cfg, entry[0], _read(entry[0]))
+            text = _read(entry[0])
+            named = re.search(r"^DEFAULTS=(\S+)", text or "", re.M)
+            findings += doctor.check_entry_point(cfg, entry[0], text, _read(named.group(1)) if named else None)
     return findings
 
 
