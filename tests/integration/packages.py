@@ -1,0 +1,119 @@
+"""The packages of this tree, built once per tree state, and fresh Debian
+roots to install them into (scripts/package; docs/packaging.md).
+
+A build costs minutes (a debootstrap root on a cold machine, pip fetching the
+pinned wheels, xz), so each package is kept under the test state directory
+keyed by a hash of every file the build copies; a later run on the same tree
+reuses it. Shared by test_package.py and test_package_cluster.py.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from realcomponents import require
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "scripts" / "package"
+RELEASES = {"bookworm": ("+deb12", "22.05", "3.11"), "trixie": ("+deb13", "24.11", "3.13")}
+# What the build copies: the project's files as git sees them (scripts/package copy_tree).
+TIMINGS: dict[str, float] = {}
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("SLURM_SNAP_TEST_STATE", "/var/tmp/slurm-snap-test"))
+
+
+def tree_files(tree: Path = ROOT) -> list[Path]:
+    out = subprocess.run(["git", "-C", str(tree), "ls-files", "-z", "-co", "--exclude-standard"],
+                         capture_output=True, check=True).stdout
+    return sorted(tree / f for f in out.decode().split("\0") if f and (tree / f).is_file())
+
+
+def tree_hash(tree: Path = ROOT) -> str:
+    """Of every file the build copies but the tests, which no package holds."""
+    h = hashlib.sha256()
+    for f in tree_files(tree):
+        if f.relative_to(tree).parts[0] in ("tests", "benchmarks", ".ci"):
+            continue
+        h.update(str(f.relative_to(tree)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def version(tree: Path = ROOT) -> str:
+    for line in (tree / "slurm_snap" / "__init__.py").read_text().splitlines():
+        if line.startswith("__version__"):
+            return line.split('"')[1]
+    raise AssertionError("no __version__")
+
+
+def _prerequisites() -> None:
+    require(os.geteuid() == 0, "package builds need root (debootstrap, chroot)")
+    require(shutil.which("debootstrap") is not None, "debootstrap not installed (scripts/test installs it)")
+
+
+def _build(kind: str, *args: str, out_name: str, tree: Path = ROOT, key: str | None = None) -> Path:
+    """scripts/package KIND ... into the cache dir of this tree state, once."""
+    _prerequisites()
+    out = state_dir() / "packages" / (key or tree_hash(tree))
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # two tests asking at once build once
+        found = sorted(out.glob(out_name))
+        if found:
+            return found[0]
+        t0 = time.monotonic()
+        r = subprocess.run([str(PACKAGE), kind, *args, str(out), "--tree", str(tree)],
+                           capture_output=True, text=True, timeout=3600)
+        assert r.returncode == 0, f"scripts/package {kind} {' '.join(args)} failed:\n{r.stderr[-4000:]}"
+        TIMINGS[f"{kind} {' '.join(args)}".strip()] = time.monotonic() - t0
+        found = sorted(out.glob(out_name))
+        assert found, f"scripts/package {kind} made no {out_name} in {out}: {r.stderr[-2000:]}"
+        return found[0]
+
+
+def deb(release: str, tree: Path = ROOT, key: str | None = None) -> Path:
+    suffix = RELEASES[release][0]
+    return _build("deb", release, out_name=f"slurm-snap_{version(tree)}{suffix}_*.deb", tree=tree, key=key)
+
+
+def rpm(tree: Path = ROOT) -> Path:
+    require(shutil.which("rpmbuild") is not None, "rpmbuild not installed (apt-get install rpm)")
+    return _build("rpm", out_name=f"slurm-snap-{version(tree)}-*.rpm", tree=tree)
+
+
+def fresh_root(release: str, where: Path) -> Path:
+    """A root of `release` as debootstrap made it (scripts/package root)."""
+    _prerequisites()
+    root = where / f"root-{release}"
+    r = subprocess.run([str(PACKAGE), "root", release, str(root)], capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return root
+
+
+def run_in(root: Path, *argv: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+    """argv as root inside `root`; `check` asserts exit 0, naming the command."""
+    r = subprocess.run([str(PACKAGE), "exec", str(root), *argv], capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert r.returncode == 0, f"{' '.join(argv)} in {root.name} exited {r.returncode}:\n{r.stdout[-3000:]}\n" \
+                                  f"{r.stderr[-3000:]}"
+    return r
+
+
+def install(root: Path, package: Path, *apt_options: str) -> subprocess.CompletedProcess:
+    """`apt-get install ./slurm-snap_*.deb` as an admin runs it (after an
+    update: a fresh root has no package lists)."""
+    shutil.copy(package, root / "tmp" / package.name)
+    run_in(root, "apt-get", "update", "-q")
+    return run_in(root, "apt-get", "install", "-y", "-q", *apt_options, f"/tmp/{package.name}")
+
+
+def remove_root(root: Path) -> None:
+    """A root holds no mounts once its commands ended (each ran in its own
+    mount namespace); never cross into another filesystem."""
+    subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
