@@ -87,11 +87,13 @@ def rpm(tree: Path = ROOT) -> Path:
     return _build("rpm", out_name=f"slurm-snap-{version(tree)}-*.rpm", tree=tree)
 
 
-def fresh_root(release: str, where: Path) -> Path:
-    """A root of `release` as debootstrap made it (scripts/package root)."""
+def fresh_root(release: str, where: Path, kind: str = "base") -> Path:
+    """A root of `release` as debootstrap made it (scripts/package root);
+    kind "build" adds the packages' build dependencies (Slurm's headers)."""
     _prerequisites()
-    root = where / f"root-{release}"
-    r = subprocess.run([str(PACKAGE), "root", release, str(root)], capture_output=True, text=True, timeout=3600)
+    root = where / f"root-{release}-{kind}"
+    r = subprocess.run([str(PACKAGE), "root", release, str(root), kind], capture_output=True, text=True,
+                       timeout=3600)
     assert r.returncode == 0, r.stderr[-4000:]
     return root
 
