@@ -9,6 +9,7 @@ reuses it. Shared by test_package.py and test_package_cluster.py.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -35,8 +36,10 @@ def tree_files(tree: Path = ROOT) -> list[Path]:
     return sorted(tree / f for f in out.decode().split("\0") if f and (tree / f).is_file())
 
 
+@functools.cache
 def tree_hash(tree: Path = ROOT) -> str:
-    """Of every file the build copies but the tests, which no package holds."""
+    """Of every file the build copies but the tests, which no package holds;
+    once per test session (an edit during a run does not rebuild)."""
     h = hashlib.sha256()
     for f in tree_files(tree):
         if f.relative_to(tree).parts[0] in ("tests", "benchmarks", ".ci"):
