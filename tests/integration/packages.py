@@ -12,6 +12,7 @@ import fcntl
 import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -83,6 +84,47 @@ def _build(kind: str, *args: str, out_name: str, tree: Path = ROOT, key: str | N
 def deb(release: str, tree: Path = ROOT, key: str | None = None) -> Path:
     suffix = RELEASES[release][0]
     return _build("deb", release, out_name=f"slurm-snap_{version(tree)}{suffix}_*.deb", tree=tree, key=key)
+
+
+def older_deb(new: Path, out: Path, *, version: str = "0.0.9") -> Path:
+    """`new` as the release before it would have been: another version, and
+    its schema one migration behind (the newest Alembic revision left out of
+    the venv). Repacked with dpkg-deb from the built package, so the upgrade
+    test costs no second build; a stand-in until a real earlier release exists."""
+    work = out / "older-root"
+    subprocess.run(["dpkg-deb", "-R", str(new), str(work)], check=True)
+    versions = sorted(work.glob("usr/lib/slurm-snap/venv/lib/python*/site-packages/slurm_snap/inventory/"
+                                "migrations/versions/0*.py"))
+    assert versions, "no migrations in the package"
+    newest = versions[-1]
+    for f in [newest, *newest.parent.glob(f"__pycache__/{newest.stem}.*")]:
+        f.unlink()
+    init = next(work.glob("usr/lib/slurm-snap/venv/lib/python*/site-packages/slurm_snap/__init__.py"))
+    init.write_text(init.read_text().replace(f'"{version_of_deb(new).split("+")[0]}"', f'"{version}"'))
+    for f in init.parent.glob("__pycache__/__init__.*"):
+        f.unlink()
+    control = work / "DEBIAN" / "control"
+    old_version = version + "+" + version_of_deb(new).split("+", 1)[1]
+    control.write_text(re.sub(r"^Version: .*$", f"Version: {old_version}", control.read_text(), flags=re.M))
+    # md5sums must list what is there.
+    sums = work / "DEBIAN" / "md5sums"
+    lines = []
+    for line in sums.read_text().splitlines():
+        path = line.split(None, 1)[1]
+        if (work / path).exists():
+            digest = hashlib.md5((work / path).read_bytes()).hexdigest()
+            lines.append(f"{digest}  {path}")
+    sums.write_text("\n".join(lines) + "\n")
+    deb_path = out / f"slurm-snap_{old_version}_amd64.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "-z0", "-b", str(work), str(deb_path)],
+                   check=True, capture_output=True)
+    remove_root(work)
+    return deb_path
+
+
+def version_of_deb(deb: Path) -> str:
+    return subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def rpm(tree: Path = ROOT) -> Path:

@@ -16,7 +16,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -255,27 +254,13 @@ def test_every_file_in_the_deb_comes_from_the_tree():
         hashlib.sha256(Path("/usr/share/common-licenses/Apache-2.0").read_bytes()).hexdigest()
 
 
-def _older_tree(tmp_path: Path) -> Path:
-    """This tree as the release before it: version 0.0.9, its schema one
-    migration behind (without the newest Alembic revision). A stand-in until
-    a real earlier release exists to install."""
-    old = tmp_path / "older"
-    for f in packages.tree_files():
-        rel = f.relative_to(ROOT)
-        (old / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f, old / rel)
-    init = old / "slurm_snap/__init__.py"
-    init.write_text(re.sub(r'__version__ = "[^"]+"', '__version__ = "0.0.9"', init.read_text()))
-    versions = sorted((old / "slurm_snap/inventory/migrations/versions").glob("0*.py"))
-    versions[-1].unlink()
-    return old
-
-
-def test_upgrade_keeps_the_config_and_migrates_nothing_until_db_upgrade(root_of, tmp_path):
+def test_upgrade_keeps_the_config_migrates_nothing_and_remove_and_purge_leave_what_uninstall_md_says(
+        root_of, tmp_path):
     new = packages.deb("bookworm")
-    old = packages.deb("bookworm", tree=_older_tree(tmp_path), key="older-" + packages.tree_hash())
+    old = packages.older_deb(new, tmp_path)
     root = root_of("bookworm")
     install(root, old)
+    assert run_in(root, "slurm-snap", "--version").stdout.split()[-1] == "0.0.9"
     run_in(root, "slurm-snap", "db", "upgrade")
     before = json.loads(run_in(root, "slurm-snap", "db", "status", "--json").stdout)
     assert before["ok"]
@@ -301,15 +286,11 @@ def test_upgrade_keeps_the_config_and_migrates_nothing_until_db_upgrade(root_of,
     status = json.loads(run_in(root, "slurm-snap", "db", "status", "--json").stdout)
     assert status["ok"] and status["current"] == status["head"]
 
-
-def test_remove_and_purge_leave_what_uninstall_md_says(root_of):
-    root = root_of("bookworm")
-    install(root, packages.deb("bookworm"))
-    run_in(root, "slurm-snap", "db", "upgrade")
+    # Remove, then purge: what stays is docs/uninstall.md's table.
     (root / "var/log/slurm-snap/hooks.log").write_text('{"hook": "epilog"}\n')
     run_in(root, "apt-get", "remove", "-y", "-q", "slurm-snap")
     assert not (root / "usr/lib/slurm-snap").exists() and not (root / "usr/bin/slurm-snap").exists()
-    assert (root / "etc/slurm-snap/slurm-snap.toml").is_file()          # remove keeps the configuration
+    assert conf.read_text() == edited                                    # remove keeps the configuration
     assert (root / "var/lib/slurm-snap/inventory.db").is_file()
     run_in(root, "apt-get", "purge", "-y", "-q", "slurm-snap")
     assert not (root / "etc/slurm-snap").exists() and not (root / "etc/default/slurm-snap").exists()
