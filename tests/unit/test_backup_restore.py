@@ -66,18 +66,10 @@ def test_sqlite_online_backup_and_restore(tmp_path):
     assert read_back(config) == before
 
 
-def _destroy_pg(url: str) -> None:
-    from sqlalchemy import create_engine, text
-
-    eng = create_engine(url)
-    with eng.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
-    eng.dispose()
-
-
 @pytest.mark.postgres
 def test_pg_dump_and_pg_restore(tmp_path, report_pg_server):
+    from conftest import _reset_pg
+
     url = report_pg_server
     seed(url)
     config = write_config(tmp_path, url, operators=("root",))
@@ -86,7 +78,7 @@ def test_pg_dump_and_pg_restore(tmp_path, report_pg_server):
     libpq = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     subs = {"postgresql://slurmsnap:SECRET@dbhost:5432/slurmsnap": libpq, "/backup/": f"{tmp_path}/"}
     run(backup, subs, config)
-    _destroy_pg(url)
+    _reset_pg(url)
     run(restore, subs, config)
     assert read_back(config) == before
 
