@@ -107,8 +107,7 @@ def _normalised(paths, *, rpm: bool) -> set[str]:
     for p in paths:
         p = "/" + p.lstrip("./").lstrip("/")
         p = re.sub(r"\.gz$", "", p)
-        p = p.replace("/usr/share/zsh/site-functions/", "/usr/share/zsh/COMPLETIONS/")
-        p = p.replace("/usr/share/zsh/vendor-completions/", "/usr/share/zsh/COMPLETIONS/")
+        p = re.sub(r"^/usr/share/zsh/(site-functions|vendor-completions)(/|$)", r"/usr/share/zsh/COMPLETIONS\2", p)
         if re.match(r"/usr/share/licenses/slurm-snap[^/]*(/LICENSE)?$", p):
             p = "/usr/share/doc/slurm-snap/copyright" if p.endswith("LICENSE") else ""
         if p in ("/usr/share/doc/slurm-snap/changelog", "/usr/share/licenses") or not p:
@@ -130,13 +129,15 @@ def _normalised(paths, *, rpm: bool) -> set[str]:
 def test_rpm_spec_builds_with_the_debs_files():
     deb = packages.deb("bookworm")
     rpm = packages.rpm()
-    rpm_list = subprocess.run(["rpm", "-qlp", str(rpm)], capture_output=True, text=True, check=True).stdout.split()
+    rpm_list = subprocess.run(["rpm", "-qlp", str(rpm)], capture_output=True, text=True,
+                              check=True).stdout.splitlines()     # names may hold spaces
     deb_list = list(deb_members(deb))
     only_rpm = _normalised(rpm_list, rpm=True) - _normalised(deb_list, rpm=False)
     only_deb = _normalised(deb_list, rpm=False) - _normalised(rpm_list, rpm=True)
     assert (only_rpm, only_deb) == (set(), set())
     # Both mark the same admin files as configuration.
-    rpm_conf = subprocess.run(["rpm", "-qcp", str(rpm)], capture_output=True, text=True, check=True).stdout.split()
+    rpm_conf = subprocess.run(["rpm", "-qcp", str(rpm)], capture_output=True, text=True,
+                              check=True).stdout.splitlines()
     ctl = subprocess.run(["dpkg-deb", "-f", str(deb), "Package"], capture_output=True, text=True).stdout
     assert ctl.strip() == "slurm-snap"
     deb_conf = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(deb)], capture_output=True, check=True).stdout
@@ -223,25 +224,26 @@ def test_every_file_in_the_deb_comes_from_the_tree():
             "usr/share/slurm-snap/slurm.conf.slurm-snap": "etc/slurm.conf.slurm-snap",
             "usr/share/slurm-snap/cli_filter.lua": "etc/cli_filter.lua",
             "usr/share/slurm-snap/prometheus/slurm-snap.rules.yml": "etc/prometheus/slurm-snap.rules.yml",
-            "usr/share/slurm-snap/grafana/slurm-snap.json": "etc/grafana/slurm-snap.json",
-            "usr/share/doc/slurm-snap/admin-guide.md.gz": "etc/README.md"}
+            "usr/share/slurm-snap/grafana/slurm-snap.json": "etc/grafana/slurm-snap.json"}
     same |= {f"usr/libexec/slurm-snap/{f.name}": f"{f.parent.name}/{f.name}"
              for f in [*ROOT.glob("prolog/slurm-snap-*"), *ROOT.glob("epilog/slurm-snap-*")]}
     same |= {f"usr/lib/systemd/system/{f.name}": f"etc/{f.name}"
              for f in [*ROOT.glob("etc/slurm-snap-*.service"), *ROOT.glob("etc/slurm-snap-*.timer")]}
+    as_is = {"usr/share/doc/slurm-snap/admin-guide.md.gz": "etc/README.md"}
     for doc in ["README.md", "CHANGELOG.md", "SECURITY.md", *[f"docs/{f.name}" for f in ROOT.glob("docs/*.md")],
                 *[f"examples/{f.name}" for f in ROOT.glob("examples/*")]]:
-        same[f"usr/share/doc/slurm-snap/{doc}"] = doc
-    for packaged, rel in same.items():
-        path = packaged if packaged in files else packaged + ".gz"
-        if packaged not in files and path not in files:
-            path = packaged[:-3] if packaged.endswith(".gz") else path
-        assert path in files, f"{packaged} (from {rel}) is not in the package"
-        content = read(path)
-        if path.endswith(".gz"):
-            content = gzip.decompress(content)
-        assert content == _tree_after_substitution(rel), f"{path} differs from {rel}"
-        explained[path] = rel
+        as_is[f"usr/share/doc/slurm-snap/{doc}"] = doc
+    # Files stage writes through the path substitution, and the documents it copies as they are.
+    for table, expect in ((same, _tree_after_substitution), (as_is, lambda rel: (ROOT / rel).read_bytes())):
+        for packaged, rel in table.items():
+            plain = packaged.removesuffix(".gz")
+            path = next((p for p in (plain, plain + ".gz") if p in files), None)
+            assert path is not None, f"{packaged} (from {rel}) is not in the package"
+            content = read(path)
+            if path.endswith(".gz"):
+                content = gzip.decompress(content)
+            assert content == expect(rel), f"{path} differs from {rel}"
+            explained[path] = rel
     # Generated pages are the tree's program's output.
     man = gzip.decompress(read("usr/share/man/man5/slurm-snap.toml.5.gz")).decode()
     from slurm_snap.cli.tomlpage import render
