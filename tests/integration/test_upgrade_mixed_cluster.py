@@ -84,13 +84,32 @@ def mixed_cluster():
 
 
 def _defaults(c: Cluster, hosts, helper: Path | None) -> None:
-    """Each host's own entry-point overrides (STATE/local/etc/hooks.default there)."""
+    """Each host's own entry-point overrides (STATE/local/etc/hooks.default
+    there); with the old helper, the host's config as the old version knew
+    it, without the keys added since (which it refuses: docs/upgrade.md)."""
     for h in hosts:
         f = c.host_dir(h) / "etc" / "hooks.default"
+        conf = c.host_dir(h) / "etc" / "slurm-snap.toml"
+        saved = conf.with_suffix(".toml.new-version")
         if helper is None:
             f.unlink(missing_ok=True)
-        else:
-            f.write_text(f"HELPER={helper}\n")
+            if saved.exists():
+                saved.replace(conf)
+            continue
+        f.write_text(f"HELPER={helper}\n")
+        saved.write_text(conf.read_text())
+        for _ in range(20):
+            r = subprocess.run([str(helper), "--config", str(conf), "config", "check"], capture_output=True,
+                               text=True, timeout=60)
+            m = re.search(r": ([a-z_]+)\.([a-z_]+): unknown key", r.stderr)
+            if r.returncode == 0 or not m:
+                break
+            section, key = m.groups()
+            text = conf.read_text()
+            head = text.index(f"[{section}]")
+            line = re.compile(rf"^{key}\s*=.*\n", re.M).search(text, head)
+            conf.write_text(text[:line.start()] + text[line.end():])
+        assert r.returncode == 0, f"{h}: the old version refuses its config: {r.stderr}"
 
 
 def test_new_controller_with_nodes_still_on_the_older_version(mixed_cluster, old_helper):
@@ -137,13 +156,13 @@ def test_older_controller_under_upgraded_nodes_refuses_the_newer_schema_and_fail
         assert time.monotonic() < deadline, "the new service did not stop"
         time.sleep(0.1)
     # The controller goes back to the old version: its service and its slurmctld hooks.
+    _defaults(c, ["ctl"], helper)
     listen = re.search(r'^listen = "(.*)"$', (c.host_dir("ctl") / "etc" / "slurm-snap.toml").read_text(), re.M)
     subprocess.run(c.host_argv("ctl") + ["/usr/bin/setsid", "-f", "/usr/bin/env", "-i", "PATH=/usr/bin:/bin",
                                          str(helper), "--config", c.config, "serve", "--listen", listen.group(1),
                                          "--pidfile", str(Path(c.config).parent.parent / "run" /
                                                           "slurm-snap-serve.pid")],
                    check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _defaults(c, ["ctl"], helper)
     trace.write_text("")
     try:
         jid = c.sbatch("-N3", "--ntasks-per-node=1", "-c1", "--snapshot-on-preempt", "--snapshot-volumes=scratch",
