@@ -40,7 +40,7 @@ DEADLINE = 10.0
 
 
 def _last_writer(ack_dir: str, plan, delay: float, conn) -> None:
-    from doubles import write_ack
+    from testkit.doubles import write_ack
 
     conn.recv()  # the waiter is about to wait
     time.sleep(delay)
@@ -60,7 +60,7 @@ def naive_wait(collector, timeout: float, interval: float = 1.0) -> bool:
 
 def trial(method: str, nodes: int, delay: float) -> float:
     from slurm_snap.protocol.barrier import AckCollector, wait_for_barrier
-    from doubles import plan_ranks, write_ack
+    from testkit.doubles import plan_ranks, write_ack
 
     tmp = tempfile.mkdtemp(prefix="bench-barrier-", dir="/var/tmp")
     try:

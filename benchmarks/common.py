@@ -19,13 +19,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# slurm_snap from the work tree, and testkit/ (what the benchmarks share with
+# the tests: doubles, loop filesystems, the dev cluster's driver); nothing
+# from tests/.
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
-# The test doubles (tests/doubles.py) under the one name the tests import them
-# by: the backend registry refuses one backend name for two classes.
-TESTS = os.path.join(REPO, "tests")
-if TESTS not in sys.path:
-    sys.path.append(TESTS)
 
 # The venv scripts/lib-packages.sh installs (SLURM_SNAP_VENV overrides it there too).
 VENV_PY = os.path.join(os.environ.get("SLURM_SNAP_VENV") or "/opt/slurm-snap/venv", "bin", "python")
@@ -188,8 +186,8 @@ def machine_info() -> dict:
 def loop_btrfs(size_bytes: int, *, prefix: str = "bench-btrfs-", base: str = "/var/tmp") -> Iterator[str]:
     """A fresh btrfs on a sparse image in a temp dir under `base`, mounted;
     yields the mount point. The same loop-device code as the tests
-    (tests/loopfs.py): torn down on the way out, whatever happened."""
-    from tests import loopfs
+    (testkit/loopfs.py): torn down on the way out, whatever happened."""
+    from testkit import loopfs
 
     why = loopfs.missing("btrfs")
     if why:
@@ -205,13 +203,11 @@ def standard_args(parser) -> None:
 
 def attach_cluster(state: str):
     """A dev cluster that is already up (scripts/dev-cluster up STATE), driven
-    with the integration tests' own helper so the suite submits and waits the
-    way the tests do."""
-    from pathlib import Path
+    with the driver the integration tests use (testkit/cluster.py), so the
+    suite submits and waits the way the tests do."""
+    from testkit.cluster import Cluster, ClusterError
 
-    from tests.integration.cluster import Cluster, read_env_file
-
-    env_file = Path(state) / "env"
-    if not env_file.exists():
-        raise Unavailable(f"no dev cluster in {state} (run scripts/dev-cluster up {state})")
-    return Cluster(state=Path(state), env=read_env_file(env_file))
+    try:
+        return Cluster.attach(state)
+    except ClusterError as exc:
+        raise Unavailable(str(exc)) from None

@@ -35,16 +35,16 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# slurm_snap and testkit/ (the simulated backends and ranks) from the work tree.
 sys.path.insert(0, REPO)
-# The test doubles (tests/doubles.py) under the one name the tests import them by.
-sys.path.append(os.path.join(REPO, "tests"))
 
 from slurm_snap import access, config  # noqa: E402
-from slurm_snap.inventory.repository import Inventory, VolumeSpec  # noqa: E402
+from slurm_snap.inventory.repository import Inventory  # noqa: E402
+from slurm_snap.jobrecords import VolumeRecord  # noqa: E402
 from slurm_snap import states as S  # noqa: E402
 from slurm_snap.protocol.coordinator import Coordinator  # noqa: E402
 from slurm_snap.protocol.cutter import MAX_WORKERS  # noqa: E402
-from doubles import SimRanks, plan_ranks, register_test_backends  # noqa: E402
+from testkit.doubles import SimRanks, plan_ranks, register_test_backends  # noqa: E402
 
 TARGETS_MS = {1: 10, 8: 15, 64: 25, 512: 50, 1000: 75}
 JOB_ID = 1
@@ -65,9 +65,9 @@ def setup(tmp: str, n: int, latency: float):
     inv = Inventory(cfg.inventory.url)
     inv.upgrade()
     nodes = [f"n{i:04d}" for i in range(1, n + 1)]
-    specs = [VolumeSpec(path=f"/sim/scratch/{x}/jobs/{JOB_ID}", scope="node-local", volume_class="scratch",
+    specs = [VolumeRecord(path=f"/sim/scratch/{x}/jobs/{JOB_ID}", scope="node-local", volume_class="scratch",
                         backend="test-sim", node=x) for x in nodes]
-    specs.append(VolumeSpec(path=f"/sim/pfs/jobs/{JOB_ID}", scope="shared", volume_class="pfs", backend="test-sim"))
+    specs.append(VolumeRecord(path=f"/sim/pfs/jobs/{JOB_ID}", scope="shared", volume_class="pfs", backend="test-sim"))
     with inv.session() as repo:
         run = repo.record_job_run(job_id=JOB_ID, restart_count=0, user_name="sim", uid=os.getuid(), nodes=nodes)
         repo.add_volumes(run, specs, prepared=True)

@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
 from common import Row, Unavailable  # noqa: E402
-from inventory_helpers import sets_of_job  # noqa: E402
+from testkit.inventory_helpers import sets_of_job  # noqa: E402
 from slurm_snap.slurm.version import json_number  # noqa: E402
 
 SBATCH = os.path.join(common.REPO, "examples", "train.sbatch")

@@ -218,7 +218,7 @@ def ctld_events(log_path: str, offset: int) -> dict[int, dict[str, float]]:
 
 
 def bench_cluster(state: str, quick: bool) -> list[Row]:
-    from tests.integration.cluster import ClusterError
+    from testkit.cluster import ClusterError
 
     cl = common.attach_cluster(state)
     log_path = str(cl.host_dir("ctl") / "log" / "slurmctld.log")   # slurmctld runs on ctl

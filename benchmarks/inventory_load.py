@@ -41,22 +41,22 @@ UTC = dt.timezone.utc
 
 
 def register(repo_factory, job_id: int) -> None:
-    from slurm_snap.inventory.repository import AckRecord, VolumeSpec
+    from slurm_snap.jobrecords import Ack, ManifestEntry, VolumeRecord
 
     nodes = ["n1", "n2", "n3"]
     with repo_factory() as repo:
         run = repo.record_job_run(job_id=job_id, restart_count=0, user_name=f"user{job_id % 50}", uid=5000,
                                   partition="low", nodes=nodes, options={"volumes": ["scratch", "pfs"]})
-        repo.add_volumes(run, [VolumeSpec(path=f"/scratch/{n}/jobs/{job_id}", scope="node-local",
+        repo.add_volumes(run, [VolumeRecord(path=f"/scratch/{n}/jobs/{job_id}", scope="node-local",
                                           volume_class="scratch", backend="btrfs", node=n) for n in nodes]
-                         + [VolumeSpec(path=f"/pfs/jobs/{job_id}", scope="shared", volume_class="pfs",
+                         + [VolumeRecord(path=f"/pfs/jobs/{job_id}", scope="shared", volume_class="pfs",
                                        backend="btrfs")])
     now = dt.datetime.now(UTC)
     with repo_factory() as repo:
         run = repo.job_run(job_id, 0)
         st, _ = repo.create_set(run, epoch="preempt-0", trigger="preempt", requested_at=now)
-        repo.record_acks(st.id, [AckRecord(node=n, rank=i, local_rank=0, local_size=1, step=100, written_at=now,
-                                           manifest=[{"path": f"/pfs/jobs/{job_id}/ckpt/rank-{i}.pt", "size": 1}])
+        repo.record_acks(st.id, [Ack(node=n, rank=i, local_rank=0, local_size=1, step=100, written_at=now,
+                                     manifest=(ManifestEntry(f"/pfs/jobs/{job_id}/ckpt/rank-{i}.pt", 1),))
                                  for i, n in enumerate(nodes)])
 
 

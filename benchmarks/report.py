@@ -20,9 +20,8 @@ import sys
 import tempfile
 import time
 
+# slurm_snap and testkit/ (testkit/inventory_helpers.py seeds the synthetic inventory).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-# tests/inventory_helpers.py seeds the synthetic inventory.
-sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from click.testing import CliRunner  # noqa: E402
 
@@ -30,7 +29,7 @@ from slurm_snap import access  # noqa: E402
 from slurm_snap.cli import report_cmd  # noqa: E402
 from slurm_snap.cli.context import Ctx  # noqa: E402
 from slurm_snap.inventory.repository import Inventory  # noqa: E402
-from inventory_helpers import bulk_seed  # noqa: E402
+from testkit.inventory_helpers import bulk_seed  # noqa: E402
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 30, 23, 0, 0, tzinfo=UTC)

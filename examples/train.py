@@ -43,6 +43,7 @@ except ImportError:  # running from a source checkout without installing it
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from slurm_snap import client as snap
 from slurm_snap.client import dcp as snap_dcp
+from slurm_snap.client.signals import parse_signal
 from slurm_snap.errors import SnapError
 
 import torch
@@ -351,7 +352,7 @@ def main(argv=None) -> int:
         # Keep training through requests without ever acknowledging; SIGTERM
         # keeps its default action so Slurm can still end the rank.
         for name in {"SIGUSR1", os.environ.get("SLURM_SNAP_SIGNAL") or "SIGUSR1"}:
-            signal.signal(snap.parse_signal(name), signal.SIG_IGN)
+            signal.signal(parse_signal(name), signal.SIG_IGN)
     else:
         ckpt.install()
     say(f"rank {ckpt.rank} pid {os.getpid()} node {ckpt.node} world {ckpt.world_size or 1}")

@@ -52,14 +52,36 @@ host_addr() {
 }
 
 netns_of() { printf '%s-%s\n' "$TAG" "$1"; }
+netns_path() { printf '/run/netns/%s\n' "$(netns_of "$1")"; }
+mntns_path() { printf '%s/%s\n' "$NS_DIR" "$1"; }
 is_node() { case " $NODES " in *" $1 "*) return 0 ;; esac; return 1; }
 
-# Runs a command on a host: its network and mount namespaces, clean env.
+# The one way to run a command on a host of the cluster (these scripts,
+# `dev-cluster exec` for scripts/demo and the tests): inside the host's
+# network and mount namespaces, with a clean environment (PATH, LANG and the
+# NAME=VALUE words given before the command), as root or, with --user, as
+# that user (runuser; HOME, USER and LOGNAME set as a login would), in
+# --chdir DIR.
+#   on_host [--user NAME] [--chdir DIR] HOST [NAME=VALUE...] COMMAND [ARG...]
 on_host() {
-	local h=$1
+	local user="" dir="" h
+	local -a as=() env=(/usr/bin/env -i)
+	while :; do
+		case $1 in
+		--user) user=$2; shift 2 ;;
+		--chdir) dir=$2; shift 2 ;;
+		*) break ;;
+		esac
+	done
+	h=$1
 	shift
-	/usr/bin/nsenter --net="/run/netns/$(netns_of "$h")" --mount="$NS_DIR/$h" -- \
-		/usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"
+	[ -n "$dir" ] && env+=("--chdir=$dir")
+	env+=(PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8)
+	if [ -n "$user" ]; then
+		as=(/usr/sbin/runuser -u "$user" --)
+		env+=("HOME=/home/$user" "USER=$user" "LOGNAME=$user")
+	fi
+	/usr/bin/nsenter --net="$(netns_path "$h")" --mount="$(mntns_path "$h")" -- "${as[@]}" "${env[@]}" "$@"
 }
 
 # A daemon on a host: spawn (lib-common.sh: clean env, no inherited lock or
@@ -67,18 +89,55 @@ on_host() {
 spawn_on() {
 	local h=$1 logfile=$2
 	shift 2
-	spawn "$logfile" /usr/bin/nsenter --net="/run/netns/$(netns_of "$h")" --mount="$NS_DIR/$h" -- "$@"
+	spawn "$logfile" /usr/bin/nsenter --net="$(netns_path "$h")" --mount="$(mntns_path "$h")" -- "$@"
+}
+
+# The layout every client of the cluster reads (STATE/env, `dev-cluster
+# layout`): where each host's namespaces, private tree and disks are, as the
+# machine room (the root namespace) sees them, and the paths every host sees.
+# Defined here once; tests/benchmarks (testkit/cluster.py) and scripts/demo
+# read it instead of restating it.
+layout_lines() {
+	local h
+	cat <<LAYOUT
+SLURM_SNAP_STATE=$STATE
+SLURM_SNAP_HOSTS=$(echo $HOSTS | tr ' ' ,)
+SLURM_SNAP_NODES=$(echo $NODES | tr ' ' ,)
+SLURM_SNAP_NETNS_TAG=$TAG
+SLURM_SNAP_NS_DIR=$NS_DIR
+SLURM_SNAP_PFS=$STATE/mnt/pfs
+SLURM_SNAP_XFS=$STATE/mnt/xfs
+SLURM_SNAP_SCRATCH=$STATE/mnt/scratch
+SLURM_SNAP_XSCRATCH=$STATE/mnt/xscratch
+SLURM_SNAP_LOCAL=$STATE/local
+SLURM_SNAP_HOSTS_DIR=$STATE/hosts
+SLURM_SNAP_DISKS=$STATE/disks
+LAYOUT
+	# The switch (the hosts' bridge) has a network namespace only.
+	printf 'SLURM_SNAP_NETNS_sw=%s\n' "$(netns_path sw)"
+	for h in $HOSTS; do
+		printf 'SLURM_SNAP_NETNS_%s=%s\n' "$h" "$(netns_path "$h")"
+		printf 'SLURM_SNAP_MNTNS_%s=%s\n' "$h" "$(mntns_path "$h")"
+		# Seen inside the host at SLURM_SNAP_LOCAL.
+		printf 'SLURM_SNAP_LOCAL_%s=%s\n' "$h" "$STATE/hosts/$h"
+		printf 'SLURM_SNAP_ADDR_%s=%s\n' "$h" "$(host_addr "$h")"
+	done
+	for h in $NODES; do
+		# Seen inside the node at SLURM_SNAP_SCRATCH and SLURM_SNAP_XSCRATCH.
+		printf 'SLURM_SNAP_SCRATCH_%s=%s\n' "$h" "$STATE/disks/$h/scratch"
+		printf 'SLURM_SNAP_XSCRATCH_%s=%s\n' "$h" "$STATE/disks/$h/xscratch"
+	done
 }
 
 # Only the mount namespace (setting it up, before any network is needed).
 in_mounts() {
 	local h=$1
 	shift
-	/usr/bin/nsenter --mount="$NS_DIR/$h" -- "$@"
+	/usr/bin/nsenter --mount="$(mntns_path "$h")" -- "$@"
 }
 
 netns_exists() { [ -e "/run/netns/$1" ]; }
-mnt_ns_alive() { mountpoint -q "$NS_DIR/$1" 2>/dev/null; }
+mnt_ns_alive() { mountpoint -q "$(mntns_path "$1")" 2>/dev/null; }
 
 # --- network ------------------------------------------------------------------
 # A namespace of that name held by another state dir would be joined, not
@@ -139,10 +198,10 @@ mnt_up() {
 	fi
 	for h in $HOSTS; do
 		mnt_ns_alive "$h" && continue
-		: >"$NS_DIR/$h"
+		: >"$(mntns_path "$h")"
 		# private, or unchanged with --zfs (lib-zfs.sh says why)
-		unshare --mount="$NS_DIR/$h" --propagation "$(host_propagation)" /bin/true ||
-			die "unshare --mount=$NS_DIR/$h failed"
+		unshare --mount="$(mntns_path "$h")" --propagation "$(host_propagation)" /bin/true ||
+			die "unshare --mount=$(mntns_path "$h") failed"
 		host_mounts "$h"
 	done
 }
@@ -211,9 +270,10 @@ mnt_down() {
 	local h
 	for h in $HOSTS; do
 		if mnt_ns_alive "$h"; then
-			umount "$NS_DIR/$h" 2>/dev/null || umount -l "$NS_DIR/$h" || log "warning: cannot unmount $NS_DIR/$h"
+			umount "$(mntns_path "$h")" 2>/dev/null || umount -l "$(mntns_path "$h")" ||
+				log "warning: cannot unmount $(mntns_path "$h")"
 		fi
-		rm -f "$NS_DIR/$h"
+		rm -f "$(mntns_path "$h")"
 	done
 	if mountpoint -q "$NS_DIR" 2>/dev/null; then
 		umount "$NS_DIR" 2>/dev/null || umount -l "$NS_DIR" || log "warning: cannot unmount $NS_DIR"
@@ -225,11 +285,11 @@ mnt_down() {
 host_pids() {
 	local h ino pid link want=" "
 	for h in $HOSTS sw; do
-		ino=$(ns_inode "/run/netns/$(netns_of "$h")") && want="$want net:[$ino] "
+		ino=$(ns_inode "$(netns_path "$h")") && want="$want net:[$ino] "
 	done
 	for h in $HOSTS; do
 		mnt_ns_alive "$h" || continue
-		ino=$(ns_inode "$NS_DIR/$h") && want="$want mnt:[$ino] "
+		ino=$(ns_inode "$(mntns_path "$h")") && want="$want mnt:[$ino] "
 	done
 	[ "$want" = " " ] && return 0
 	for pid in /proc/[0-9]*; do

@@ -109,8 +109,7 @@ start_service() {
 	[ -n "${SERVICE_LISTEN:-}" ] || return 0
 	slurm_paths
 	pid_from_file "$STATE/hosts/ctl/run/slurm-snap-serve.pid" slurm-snap >/dev/null && return 0
-	spawn "$STATE/hosts/ctl/log/slurm-snap-serve.log" setsid -f /usr/bin/nsenter \
-		--net="/run/netns/$(netns_of ctl)" --mount="$NS_DIR/ctl" -- \
+	spawn_on ctl "$STATE/hosts/ctl/log/slurm-snap-serve.log" /usr/bin/setsid -f \
 		/usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
 		"$HELPER" --config "$SNAP_CONFIG" serve --listen "$SERVICE_LISTEN" --pidfile "$pidfile"
 	for i in $(seq 1 100); do

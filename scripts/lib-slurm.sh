@@ -289,24 +289,18 @@ init_inventory() {
 }
 
 write_env_file() {
-	local h
 	slurm_paths
 	ssh_files
 	{
 		cat <<ENV
 SLURM_CONF=$SLURM_CONF
 SLURM_SNAP_CONFIG=$SNAP_CONFIG
-SLURM_SNAP_STATE=$STATE
 SLURM_SNAP_HELPER=$HELPER
 SLURM_SNAP_PACKAGE=$(cat "$STATE/etc/package" 2>/dev/null || true)
 SLURM_SNAP_PYTHON=$PYTHON
 SLURM_SNAP_SLURM=$SLURM_SNAP_SLURM
 SLURM_SNAP_SLURM_BIN=$SLURM_BIN
 SLURM_SNAP_LAYOUT=multi-host
-SLURM_SNAP_HOSTS=$(echo $HOSTS | tr ' ' ,)
-SLURM_SNAP_NODES=$(echo $NODES | tr ' ' ,)
-SLURM_SNAP_NETNS_TAG=$TAG
-SLURM_SNAP_NS_DIR=$NS_DIR
 SLURM_SNAP_INVENTORY=$INVENTORY
 SLURM_SNAP_SERVICE=${SERVICE_LISTEN:-}
 SLURM_SNAP_SSH_PORT=$SSH_PORT
@@ -315,26 +309,31 @@ SLURM_SNAP_KNOWN_HOSTS=$SSH_KNOWN_HOSTS
 SLURM_SNAP_TEST_USER=$TEST_USER
 SLURM_SNAP_OTHER_USER=$OTHER_USER
 SLURM_SNAP_GRACE=$GRACE_TIME
-SLURM_SNAP_PFS=$STATE/mnt/pfs
-SLURM_SNAP_XFS=$STATE/mnt/xfs
-SLURM_SNAP_SCRATCH=$STATE/mnt/scratch
-SLURM_SNAP_XSCRATCH=$STATE/mnt/xscratch
-SLURM_SNAP_LOCAL=$STATE/local
-SLURM_SNAP_HOSTS_DIR=$STATE/hosts
-SLURM_SNAP_DISKS=$STATE/disks
 ENV
-		for h in $HOSTS; do printf 'SLURM_SNAP_ADDR_%s=%s\n' "$h" "$(host_addr "$h")"; done
+		layout_lines
 	} >"$STATE/env.new"
 	mv "$STATE/env.new" "$STATE/env"
 	chmod 0644 "$STATE/env"
 }
 
 # --- daemons ----------------------------------------------------------------
-# Slurm's client commands, run on a host (login for users' view, ctl for the admin's).
-slurm_on() {
+# A client of the cluster on a host (login for a user's view, ctl for the
+# admin's): on_host with what a login there gives, the cluster's Slurm first
+# in PATH and its slurm.conf; SLURM_SNAP_SLURM_BIN as [slurm] bin_dir hands
+# it to slurm_snap. `dev-cluster exec` is this, for the demo and the tests.
+#   client_on [--user NAME] [--chdir DIR] HOST [NAME=VALUE...] COMMAND [ARG...]
+client_on() {
+	local -a opts=()
+	while :; do
+		case $1 in
+		--user | --chdir) opts+=("$1" "$2"); shift 2 ;;
+		*) break ;;
+		esac
+	done
 	local h=$1
 	shift
-	on_host "$h" SLURM_CONF="$SLURM_CONF" PATH="$SLURM_BIN:/usr/sbin:/usr/bin:/sbin:/bin" "$@"
+	on_host "${opts[@]}" "$h" SLURM_CONF="$SLURM_CONF" PATH="$SLURM_BIN:/usr/sbin:/usr/bin:/sbin:/bin" \
+		SLURM_SNAP_SLURM_BIN="$SLURM_BIN" "$@"
 }
 
 daemons_all_up() {
@@ -369,7 +368,7 @@ wait_nodes_idle() {
 	# Responding is enough: after an unclean stop, recovered jobs may keep
 	# nodes mixed/allocated for a while ("*" would mean not responding).
 	for i in $(seq 1 $((timeout * 5))); do
-		states=$(slurm_on login sinfo -h -N -o '%N=%T' 2>/dev/null | sort -u | tr '\n' ' ')
+		states=$(client_on login sinfo -h -N -o '%N=%T' 2>/dev/null | sort -u | tr '\n' ' ')
 		if [ "$(printf '%s' "$states" | grep -Eo 'n[0-9]+=(idle|mixed|allocated|completing) ' | wc -l)" -eq "$NODE_COUNT" ] &&
 			[ "$(printf '%s' "$states" | wc -w)" -eq "$NODE_COUNT" ]; then
 			return 0
@@ -392,15 +391,15 @@ cancel_all_jobs() {
 	local ids i
 	slurm_paths
 	pid_from_file "$CTLD_PID" slurmctld >/dev/null || return 0
-	ids=$(slurm_on ctl squeue -h -o '%i' 2>/dev/null | tr '\n' ' ')
+	ids=$(client_on ctl squeue -h -o '%i' 2>/dev/null | tr '\n' ' ')
 	[ -n "${ids// /}" ] || return 0
 	log "cancelling jobs: $ids"
-	slurm_on ctl scancel $ids 2>/dev/null || true
+	client_on ctl scancel $ids 2>/dev/null || true
 	for i in $(seq 1 100); do
-		[ -z "$(slurm_on ctl squeue -h -o '%i' 2>/dev/null)" ] && return 0
+		[ -z "$(client_on ctl squeue -h -o '%i' 2>/dev/null)" ] && return 0
 		sleep 0.2
 	done
-	log "warning: jobs still listed after 20 s: $(slurm_on ctl squeue -h -o '%i %T' | tr '\n' ' ')"
+	log "warning: jobs still listed after 20 s: $(client_on ctl squeue -h -o '%i %T' | tr '\n' ' ')"
 }
 
 stop_slurm() {

@@ -4,6 +4,12 @@ The file is read once per process into frozen dataclasses. Every key is known:
 an unknown key or a wrong type is a ConfigError naming the key and the file,
 because a typo in a hook's configuration would otherwise surface only at
 preemption time, which is the worst moment to learn about it.
+
+Length: one file for the one schema. Half of it is the declarative table of
+every section and key (frozen dataclasses, each key's default and meaning);
+the rest is the reader that walks that table and the checks of what a type
+cannot say (ranges, paths, signal names), kept in the same file as the keys
+they check, so a new key and its rule are added in one file.
 """
 from __future__ import annotations
 

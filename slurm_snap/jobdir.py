@@ -1,17 +1,19 @@
 """The per-job directory in the barrier area: the one home of its layout,
-its modes and every file in it. Hooks create it, the coordinator and the
-preemption hooks write requests and releases into it, ranks write their
-acknowledgements and read the rest. Standard library only (the rank client
-uses it inside training processes).
+its modes and the safe reading and writing of every file in it; what each
+file says is a record of slurm_snap.jobrecords (one parser, one writer).
+Hooks create it, the coordinator and the preemption hooks write requests and
+releases into it, ranks write their acknowledgements and read the rest.
+Standard library only (the rank client uses it inside training processes).
 
     <barrier_dir>/<job_id>/              root:<job gid> 0750
-        job.json        Prolog -> ranks        volume paths per node, signal, restart count
-        request.json    coordinator -> ranks   epoch and deadline of an on-demand request
-        resume.json     Prolog -> ranks        where a requeued run resumes from
+        job.json        Prolog -> ranks        volume paths per node, signal, restart count (JobRecord)
+        request.json    coordinator -> ranks   epoch and deadline of an on-demand request (RequestRecord)
+        resume.json     Prolog -> ranks        where a requeued run resumes from (ResumeRecord)
         ack/            <job uid>:<job gid> 0700
-            <node>.<rank>.json                 a rank's acknowledgement (client/ack.py)
+            <node>.<rank>.json                 a rank's acknowledgement (Ack)
+            early-<epoch>.decision             rank 0 -> Epilog: the early-release decision (EarlyDecision)
         release/        root:<job gid> 0750
-            <epoch>     coordinator/Epilog -> ranks   the snapshot is cut: go on
+            <epoch>     coordinator/Epilog -> ranks   the snapshot is cut: go on (ReleaseRecord)
         prolog/         root:<job gid> 0750
             <restart>/  root:<job gid> 0750           one per run of the job (requeues keep the id)
                 <node>  Prolog -> the job's output    this node's Prolog is done; non-empty: why the
@@ -28,35 +30,22 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
 import stat
 import time
-from datetime import datetime
 
 from .errors import BadValueError, PathError
 from .fsio import atomic_write, read_json, write_json
+from .jobrecords import EarlyDecision, JobRecord, ReleaseRecord, RequestRecord, ResumeRecord, check_name
 
-JOB_FILE = "job.json"
-REQUEST_FILE = "request.json"
-RESUME_FILE = "resume.json"
+JOB_FILE = JobRecord.FILE
+REQUEST_FILE = RequestRecord.FILE
+RESUME_FILE = ResumeRecord.FILE
 ACK_DIR = "ack"
 RELEASE_DIR = "release"
 PROLOG_DIR = "prolog"
 # What the SPANK plugin copies into the job's output is bounded (spank/remote.c
 # reads at most this much of each node's file).
 MAX_NOTICE = 2048
-
-# Epochs and node names become file names (release/<epoch>, ack/<node>.<rank>.json):
-# a conservative character set keeps them from escaping their directory.
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:+-]{0,127}$")
-
-
-def check_name(what: str, value) -> str:
-    """Validate an epoch or node name that is used as a file name."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise BadValueError(what=what, value=value,
-                            why="must be 1-128 characters of A-Z a-z 0-9 . _ : + - and not start with . or -")
-    return value
 
 
 def ack_filename(node: str, rank: int) -> str:
@@ -76,33 +65,11 @@ def gid_of(uid: int) -> int | None:
         return None
 
 
-def _field_error(path: str, field: str, value, why: str) -> BadValueError:
-    return BadValueError(what=f"{os.path.basename(path)} field {field!r}", value=value, why=f"{why} (in {path})")
-
-
-def _read(path: str):
+def _read(path: str, owner_uid: int | None = None):
     try:
-        return read_json(path)
+        return read_json(path, owner_uid=owner_uid)
     except ValueError as exc:
         raise BadValueError(what="file", value=path, why=str(exc)) from None
-
-
-def _timestamp(path: str, field: str, value) -> float:
-    """Unix seconds from a number or an ISO 8601 time with an offset."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            stamp = datetime.fromisoformat(value)
-        except ValueError:
-            stamp = None
-        if stamp is not None and stamp.tzinfo is not None:
-            return stamp.timestamp()
-    raise _field_error(path, field, value, "expected Unix seconds or an ISO 8601 time with an offset")
-
-
-def _iso(t: datetime | None) -> str | None:
-    return t.isoformat(timespec="microseconds") if t is not None else None
 
 
 class JobDir:
@@ -180,23 +147,19 @@ class JobDir:
         return write_json(os.path.join(directory, name), data, mode=0o640, durable=False, gid=self.gid,
                           nofollow=True)
 
-    def write_job(self, data: dict) -> str:
-        return self._write(self.path, JOB_FILE, data)
+    def write_job(self, job: JobRecord) -> str:
+        return self._write(self.path, JOB_FILE, job.to_json())
 
-    def write_request(self, *, epoch: str, requested_at: datetime, deadline: datetime) -> str:
+    def write_request(self, request: RequestRecord) -> str:
         """Written before the signal, always with a deadline (docs/client.md)."""
-        return self._write(self.path, REQUEST_FILE, {
-            "job_id": self.job_id, "epoch": check_name("epoch", epoch),
-            "requested_at": _iso(requested_at), "deadline": _iso(deadline)})
+        return self._write(self.path, REQUEST_FILE, request.to_json())
 
-    def write_release(self, *, epoch: str, set_id: int | None, state: str = "", consistency: str = "") -> str:
+    def write_release(self, release: ReleaseRecord) -> str:
         """Thaw: the ranks waiting for this epoch continue. Idempotent."""
-        name = check_name("epoch", epoch)
-        return self._write(self.release, name, {"epoch": name, "set_id": set_id, "state": state,
-                                                "consistency": consistency})
+        return self._write(self.release, check_name("epoch", release.epoch), release.to_json())
 
-    def write_resume(self, data: dict) -> str:
-        return self._write(self.path, RESUME_FILE, data)
+    def write_resume(self, resume: ResumeRecord) -> str:
+        return self._write(self.path, RESUME_FILE, resume.to_json())
 
     def write_prolog_done(self, node: str, restart_count: int, lines=()) -> str:
         """This node's Prolog has finished for this run of the job; `lines`
@@ -221,91 +184,37 @@ class JobDir:
                             durable=False, gid=self.gid, nofollow=True)
 
     # -- readers (the ranks' side) ----------------------------------------------
-    def read_request(self) -> dict | None:
-        """request.json validated: {"job_id", "epoch", "deadline" (Unix s or None), "requested_at"}."""
-        path = self.file(REQUEST_FILE)
-        data = _read(path)
-        if data is None:
-            return None
-        for field in ("job_id", "epoch"):
-            if field not in data:
-                raise _field_error(path, field, None, "missing")
-        if str(data["job_id"]) != self.job_id:
-            raise _field_error(path, "job_id", data["job_id"], f"belongs to another job (expected {self.job_id!r})")
-        try:
-            epoch = check_name("epoch", data["epoch"])
-        except BadValueError as exc:
-            raise _field_error(path, "epoch", data["epoch"], exc.kwargs["why"]) from None
-        deadline = _timestamp(path, "deadline", data["deadline"]) if data.get("deadline") is not None else None
-        return {"job_id": self.job_id, "epoch": epoch, "deadline": deadline, "requested_at": data.get("requested_at")}
-
-    def request_is_current(self, request: dict, now: float | None = None) -> bool:
-        """A request is served once its release exists, and dead after its deadline."""
-        if os.path.exists(os.path.join(self.release, request["epoch"])):
-            return False
-        deadline = request["deadline"]
-        return deadline is None or deadline >= (time.time() if now is None else now)
-
-    def read_resume(self) -> dict | None:
-        """resume.json validated: {"set_id", "step", "checkpoint": {"live", "snapshot"},
-        "ranks": {rank: {"node", "from", "live", "checkpoint", "missing"}}, "missing": [why...]}
-        ("ranks" and "missing" are {} and [] in files written before they existed)."""
-        path = self.file(RESUME_FILE)
-        data = _read(path)
-        if data is None:
-            return None
-        for field in ("set_id", "step", "checkpoint"):
-            if field not in data:
-                raise _field_error(path, field, None, "missing")
-        set_id = data["set_id"]
-        if isinstance(set_id, bool) or not isinstance(set_id, (str, int)) or set_id == "":
-            raise _field_error(path, "set_id", set_id, "expected a string or integer")
-        step = data["step"]
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise _field_error(path, "step", step, "expected an integer >= 0")
-        checkpoint = data["checkpoint"]
-        if not isinstance(checkpoint, dict):
-            raise _field_error(path, "checkpoint", checkpoint, "expected an object")
-        out = {}
-        for key in ("live", "snapshot"):
-            value = checkpoint.get(key)
-            if value is not None and (not isinstance(value, str) or not os.path.isabs(value)):
-                raise _field_error(path, f"checkpoint.{key}", value, "expected an absolute path or null")
-            out[key] = value
-        if out["live"] is None and out["snapshot"] is None:
-            raise _field_error(path, "checkpoint", checkpoint, "names neither a live nor a snapshot path")
-        ranks = data.get("ranks") or {}
-        if not isinstance(ranks, dict):
-            raise _field_error(path, "ranks", ranks, "expected an object")
-        for rank, entry in ranks.items():
-            if not isinstance(entry, dict) or not str(rank).isdigit():
-                raise _field_error(path, f"ranks.{rank}", entry, "expected an object under a rank number")
-            value = entry.get("checkpoint")
-            if value is not None and (not isinstance(value, str) or not os.path.isabs(value)):
-                raise _field_error(path, f"ranks.{rank}.checkpoint", value, "expected an absolute path or null")
-        missing = data.get("missing") or []
-        if not isinstance(missing, list) or not all(isinstance(m, str) for m in missing):
-            raise _field_error(path, "missing", missing, "expected a list of strings")
-        return {"set_id": set_id, "step": step, "checkpoint": out, "ranks": ranks, "missing": missing}
-
-    def find_volume(self, class_name: str, node: str) -> str | None:
-        """Path of volume class `class_name` for `node` from job.json: the entry
-        for this node (node-local volumes) wins over one with node null (shared)."""
+    def read_job(self) -> JobRecord | None:
         path = self.file(JOB_FILE)
         data = _read(path)
-        if data is None:
-            return None
-        volumes = data.get("volumes")
-        if not isinstance(volumes, list):
-            raise _field_error(path, "volumes", volumes, "expected a list")
-        shared = None
-        for index, volume in enumerate(volumes):
-            if not isinstance(volume, dict) or not isinstance(volume.get("path"), str):
-                raise _field_error(path, f"volumes[{index}]", volume, "expected an object with a string 'path'")
-            if volume.get("class") != class_name:
-                continue
-            if volume.get("node") == node:
-                return volume["path"]
-            if volume.get("node") is None and shared is None:
-                shared = volume["path"]
-        return shared
+        return None if data is None else JobRecord.parse(data, path)
+
+    def read_request(self) -> RequestRecord | None:
+        path = self.file(REQUEST_FILE)
+        data = _read(path)
+        return None if data is None else RequestRecord.parse(data, path, job_id=self.job_id)
+
+    def request_is_current(self, request: RequestRecord, now: float | None = None) -> bool:
+        """A request is served once its release exists, and dead after its deadline."""
+        if os.path.exists(os.path.join(self.release, request.epoch)):
+            return False
+        return request.is_live(time.time() if now is None else now)
+
+    def read_resume(self) -> ResumeRecord | None:
+        path = self.file(RESUME_FILE)
+        data = _read(path)
+        return None if data is None else ResumeRecord.parse(data, path)
+
+    # -- rank 0's early-release decision (in ack/, the job's user's) ----------------
+    def write_early(self, decision: EarlyDecision) -> str:
+        return write_json(self.early_path(decision.epoch), decision.to_json(), mode=0o600)
+
+    def read_early(self, epoch: str, owner_uid: int | None = None) -> EarlyDecision | None:
+        """What rank 0 decided for `epoch` (the Epilog records it with the set).
+
+        The file is in ack/, which the job's user writes: root (the Epilog)
+        passes that user's `owner_uid`, so a symbolic link, FIFO or hard link
+        planted there is refused, never followed."""
+        path = self.early_path(epoch)
+        data = _read(path, owner_uid)
+        return None if data is None else EarlyDecision.parse(data, path)

@@ -43,6 +43,7 @@ from .clock import aware, utcnow
 from .config import Config
 from .errors import Busy, SnapError
 from .inventory.schedule import DrillCandidate, PeriodicRun
+from .restore.live import LiveDrills
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,9 @@ class Runner:
         self.drill = drill or self._drill
         self.clock = clock
         self.sleep = sleep
+        # One for every drill of this process: they run in threads, and none
+        # may sweep another as dead (restore/live.py).
+        self.live = LiveDrills()
 
     # -- the real side effects ---------------------------------------------------
     def _squeue(self) -> dict[int, int]:
@@ -142,13 +146,13 @@ class Runner:
         from .restore.drill import Drill
 
         if self.cfg.restore.partner_copies:
-            from .restore.drill import Placement
+            from .restore.placement import Placement
             from .restore.submit import SlurmSubmitter
 
-            out = Drill(self.cfg, self.inv, submitter=SlurmSubmitter(self.cfg)).run(
+            out = Drill(self.cfg, self.inv, submitter=SlurmSubmitter(self.cfg), live=self.live).run(
                 f"set:{c.set_id}", placement=Placement(prefer_copies=True, only_node_local=True))
         else:
-            out = Drill(self.cfg, self.inv).run(f"set:{c.set_id}")
+            out = Drill(self.cfg, self.inv, live=self.live).run(f"set:{c.set_id}")
         return Drilled(set_id=c.set_id, job_id=c.job_id, passed=out.passed, reason=out.reason,
                        time_to_first_step=out.time_to_first_step)
 

@@ -1,5 +1,6 @@
 """The snapshot-set state machine: pure data, used by the repository to refuse
-any state change that is not drawn here (docs/design.md has the picture).
+any state change that is not drawn here (docs/design.md has the picture);
+and the states of a set's parts and of their copies, spelled once.
 
 A set only moves forward. COMPLETE is reachable only through CUT, and only the
 finalizer that has checked every barrier, every volume and every manifest may
@@ -43,6 +44,22 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     DELETING: frozenset({DELETED}),
     DELETED: frozenset(),
 }
+
+# A part's states (one snapshot row of a set: one volume on one node).
+PART_CUT = "CUT"            # the volume's snapshot exists
+PART_MISSING = "MISSING"    # it could not be cut; the row's error says why
+PART_LOST = "LOST"          # its node or disk is gone (protocol.nodeloss); a copy elsewhere may survive
+PART_DELETED = "DELETED"    # removed (prune, or repair's rollback)
+PART_STATES = (PART_CUT, PART_MISSING, PART_LOST, PART_DELETED)
+# Parts a restore may still use: cut, or lost with a copy on another node.
+PART_HELD = frozenset({PART_CUT, PART_LOST})
+
+# A part copy's states (a node-local part put on another node: part_copy rows).
+COPY_OK = "OK"              # the copy is there
+COPY_FAILED = "FAILED"      # the copy could not be made; its error says why
+COPY_LOST = "LOST"          # the node holding it is gone
+COPY_DELETED = "DELETED"    # removed (prune, or the drill that placed it ended)
+COPY_STATES = (COPY_OK, COPY_FAILED, COPY_LOST, COPY_DELETED)
 
 # Consistency labels: honest, never optimistic.
 APP = "app-consistent"

@@ -18,7 +18,7 @@ def command(ctx, textfile, job_window):
     """Print inventory metrics in the Prometheus text format (operators only:
     the series name every user's jobs)."""
     from ..report.metrics import collect, write_textfile
-    from ..report.slurmtime import parse_time
+    from ..slurm.slurmtime import parse_time
 
     caller, now, tz = caller_and_clock(ctx)
     if not access.is_operator(ctx.config, caller):

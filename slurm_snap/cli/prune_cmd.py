@@ -14,7 +14,7 @@ from .context import JobIdType
 def _fmt_time(t: dt.datetime | None, tz: dt.tzinfo | None) -> str:
     # The rule of every command's text (docs/report.md): local time, as sacct
     # and report print it, so a set reads the same in prune as in report.
-    from ..report.slurmtime import format_time
+    from ..slurm.slurmtime import format_time
 
     return format_time(t, tz) if t else "-"
 

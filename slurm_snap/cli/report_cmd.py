@@ -80,7 +80,7 @@ def command(ctx, jobs, users, partitions, all_users, start, end, states, allocat
     from ..report.load import load_rows
     from ..report.rows import Env
     from ..report.selection import Selection, build_filter
-    from ..report.slurmtime import iso_utc
+    from ..slurm.slurmtime import iso_utc
 
     if not delimiter:
         raise UsageError("--delimiter needs at least one character")
@@ -155,7 +155,7 @@ def _fields(fmt: str | None, long_: bool, by_user: bool, snapshots: bool):
 def describe_filter(f, tz) -> str:
     """-v: the selection as report applied it, times in the zone it prints in."""
     from ..report.jsonout import job_labels
-    from ..report.slurmtime import format_time
+    from ..slurm.slurmtime import format_time
 
     def listed(items) -> str:
         return ",".join(str(i) for i in items) or "any"

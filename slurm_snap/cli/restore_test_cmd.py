@@ -39,7 +39,8 @@ def command(ctx, selector, command_text, deadline, target_dir, submit, other_nod
     job's owner, and mark the set VERIFIED or FAILED_RESTORE. With --other-nodes
     or --nodelist, on nodes other than the ones that cut the set (the hard case
     of a requeue)."""
-    from ..restore.drill import Drill, Placement
+    from ..restore.drill import Drill
+    from ..restore.placement import Placement
     from ..restore.submit import SlurmSubmitter
 
     cfg = ctx.config
@@ -50,11 +51,11 @@ def command(ctx, selector, command_text, deadline, target_dir, submit, other_nod
 
         if not is_operator(cfg, drill.caller):
             raise errors.PermissionDenied(why="--cleanup acts on every user's drills; operators only")
-        for msg in drill.sweep(include_kept=True):
+        for msg in drill.sweeper.sweep(include_kept=True):
             click.echo(msg)
         return
     if collect:
-        for msg in drill.sweep():
+        for msg in drill.sweeper.sweep():
             click.echo(msg)
         return
     if not selector:

@@ -15,7 +15,7 @@ def command(ctx, listen, pidfile):
     to hosts without the inventory, authenticated with MUNGE (controller, root)."""
     import os
 
-    from ..protocol.preempt import OPS
+    from ..protocol.recorder import OPS
     from ..service.server import serve
     from . import main
 

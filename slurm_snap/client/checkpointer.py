@@ -13,6 +13,11 @@
 
 With a torch.distributed process group, decide() is one step agreement
 across the job (client/agree.py); without one, each rank decides alone.
+
+Length: one class, the rank's whole side of the protocol as docs/client.md
+documents it (signals, decide, commit, release, resume); each helper it
+drives already has its own module (signals, agree, early, slurmenv, marker,
+and the per-job files in jobdir and jobrecords).
 """
 from __future__ import annotations
 
@@ -25,20 +30,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from slurm_snap.client import slurmenv
-from slurm_snap.client.ack import ManifestEntry, build_ack
-from slurm_snap.client import early
+import slurm_snap.client.early as early
+import slurm_snap.client.slurmenv as slurmenv
 from slurm_snap.client.agree import DEFAULT_TIMEOUT, StepAgreement, distributed
 from slurm_snap.client.marker import mark_first_step
 from slurm_snap.client.signals import SignalFlag, parse_signal
 from slurm_snap.clock import utcnow
 from slurm_snap.errors import BadValueError, NotFound, UsageError
 from slurm_snap.fsio import atomic_write, fsync_path, parent_dirs, sha256_file
-from slurm_snap.jobdir import JobDir, check_name
+from slurm_snap.jobdir import JobDir
+from slurm_snap.jobrecords import Ack, ManifestEntry, check_name, is_preempt_epoch, preempt_epoch
 from slurm_snap.watch import wait_for_path
 
 DEFAULT_SIGNALS = ("SIGUSR1", "SIGTERM")
-PREEMPT_EPOCH_PREFIX = "preempt-"
 INDEPENDENT_ENV = "SLURM_SNAP_INDEPENDENT"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
@@ -113,7 +117,6 @@ class Checkpointer:
         self._overlap = overlap
         self._agreement: StepAgreement | None = None
         self._agreement_checked = False
-        self._agreed = False       # the request being served was decided by the agreement
         self._stop = False         # the agreement said: stop
         self._boundaries = 0
         self._seen_at: float | None = None   # when the request being served reached this rank
@@ -262,7 +265,6 @@ class Checkpointer:
             self._seen_at = flag.signalled_wall if flag.pending else None
             self._serving = flag.requests
             flag.serving = True
-            self._agreed = True
             # Fixed now: a rank asked by its peers has no pending request to
             # fix it later, and all must serve the same epoch.
             self._epoch = self._current_epoch() if self.enabled else None
@@ -307,9 +309,9 @@ class Checkpointer:
         jd = self.jobdir
         request = jd.read_request()
         if request is not None and jd.request_is_current(request):
-            epoch = request["epoch"]
+            epoch = request.epoch
         else:
-            epoch = f"{PREEMPT_EPOCH_PREFIX}{self.restart_count}"
+            epoch = preempt_epoch(self.restart_count)
         return epoch
 
     def commit(self, step: int, files: Iterable, hash: bool = False, root: str | None = None) -> str:
@@ -354,12 +356,12 @@ class Checkpointer:
             os.makedirs(jd.ack, mode=0o700, exist_ok=True)
             fsync_path(jd.path, directory=True)
         ack_path = jd.ack_path(self.node, self.rank)
-        atomic_write(ack_path, build_ack(
+        atomic_write(ack_path, Ack(
             job_id=self.job_id, epoch=epoch, node=self.node, rank=self.rank,
             local_rank=self.local_rank, local_size=self.local_size, step=step,
-            written_at=utcnow(), manifest=manifest, world_size=self.world_size,
+            written_at=utcnow(), manifest=tuple(manifest), world_size=self.world_size,
             independent=self.independent, agreement=self.agreement_state,
-            signalled_at=self._signalled_at()))
+            signalled_at=self._signalled_at()).to_bytes())
         self._maybe_release_early(epoch)
         return ack_path
 
@@ -371,7 +373,7 @@ class Checkpointer:
 
     def _maybe_release_early(self, epoch: str) -> None:
         if (self.early_release and self.rank == 0 and self.world_size and self._early is None
-                and epoch.startswith(PREEMPT_EPOCH_PREFIX)):
+                and is_preempt_epoch(epoch)):
             # Until Slurm's own kill ends this process, whatever GraceTime is.
             self._early = early.EarlyRelease(self.jobdir, epoch, self.world_size,
                                              deadline=time.monotonic() + 7 * 86400).start()
@@ -425,9 +427,8 @@ class Checkpointer:
                 self._early = None
         if not self._flag.terminating:
             self._flag.clear(self._serving or self._flag.requests,
-                             after_preempt=epoch.startswith(PREEMPT_EPOCH_PREFIX))
+                             after_preempt=is_preempt_epoch(epoch))
             self._epoch = None
-            self._agreed = False
         return released
 
     def _wait_release(self, epoch: str, timeout: float, use_inotify: bool) -> bool:
@@ -436,15 +437,18 @@ class Checkpointer:
 
     # -- resuming -----------------------------------------------------------
     def resume_info(self) -> dict | None:
-        """resume.json of a requeued run, validated; None when absent or when
-        this rank is not under slurm-snap."""
+        """resume.json of a requeued run, validated, as the object documented
+        in docs/client.md; None when absent or when this rank is not under
+        slurm-snap."""
         if not self.enabled:
             return None
-        return self.jobdir.read_resume()
+        resume = self.jobdir.read_resume()
+        return None if resume is None else resume.to_json()
 
     def volume_path(self, class_name: str) -> str:
         """Path of a declared volume class for this node, from job.json."""
-        path = self.jobdir.find_volume(class_name, self.node)
+        job = self.jobdir.read_job()
+        path = None if job is None else job.volume_path(class_name, self.node)
         if path is None:
             raise NotFound(what="volume class", value=class_name)
         return path

@@ -21,11 +21,11 @@ Rank 0 does it, once, and only when all of this holds:
     requeued (Requeue=1): a plain `scancel`, whose first SIGTERM is also a
     checkpoint request, must stay a cancellation.
 Otherwise nothing changes: Slurm kills at GraceTime's end as before.
-`<job dir>/ack/early-<epoch>.decision` records what was decided, and when.
+`<job dir>/ack/early-<epoch>.decision` records what was decided, and when
+(jobrecords.EarlyDecision).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -33,10 +33,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from slurm_snap.client.ack import parse_ack
 from slurm_snap.errors import SnapError
-from slurm_snap.fsio import write_json
 from slurm_snap.jobdir import JobDir, is_ack_name
+from slurm_snap.jobrecords import (EARLY_FAILED, EARLY_KEPT, EARLY_REQUEUED, EARLY_REQUEUEING, EARLY_WAITED, Ack,
+                                   EarlyDecision)
 
 ENV = "SLURM_SNAP_EARLY_RELEASE"
 _BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
@@ -95,7 +95,7 @@ def all_acknowledged(jobdir: JobDir, epoch: str, world_size: int) -> bool:
             continue
         try:
             with open(os.path.join(jobdir.ack, name), "rb") as f:
-                ack = parse_ack(f.read(), jobdir.job_id, epoch)
+                ack = Ack.from_bytes(f.read(), jobdir.job_id, epoch)
         except (OSError, SnapError):
             continue   # another epoch's, half-visible or foreign: not one of ours
         ranks.add(ack.rank)
@@ -126,11 +126,13 @@ class EarlyRelease:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
-    def _record(self, decision: str, **extra) -> None:
+    def _record(self, decision: str, why: str, all_acknowledged_at: float | None = None,
+                at: float | None = None) -> None:
         self.outcome = decision
-        doc = {"epoch": self.epoch, "decision": decision, "at": self.clock(), **extra}
         try:
-            write_json(self.jobdir.early_path(self.epoch), doc, mode=0o600)
+            self.jobdir.write_early(EarlyDecision(epoch=self.epoch, decision=decision,
+                                                  at=self.clock() if at is None else at, why=why,
+                                                  all_acknowledged_at=all_acknowledged_at))
         except OSError:
             pass   # the record is for humans and the Epilog; the decision stands
 
@@ -143,13 +145,13 @@ class EarlyRelease:
             self._stop.wait(POLL)
         if seen_all is None:
             if not self._stop.is_set():
-                self._record("waited", why="not every rank acknowledged in time: Slurm ends the job at GraceTime")
+                self._record(EARLY_WAITED, why="not every rank acknowledged in time: Slurm ends the job at GraceTime")
             return
         job = self.jobdir.job_id
         try:
             ok, why = may_release(job_state(job, self.run))
             if not ok:
-                self._record("kept", why=why, all_acknowledged_at=seen_all)
+                self._record(EARLY_KEPT, why=why, all_acknowledged_at=seen_all)
                 return
             # The requeue ends the job at once: Slurm signals every rank and
             # kills them KillWait later, so nothing written after the call is
@@ -158,7 +160,7 @@ class EarlyRelease:
             # The intent is written first, with the moment the request goes
             # out; the outcome replaces it if this process lives to see it.
             at = self.clock()
-            self._record("requeueing", why=why, all_acknowledged_at=seen_all, at=at)
+            self._record(EARLY_REQUEUEING, why=why, all_acknowledged_at=seen_all, at=at)
             proc = self.run(["requeue", str(job)])
             if proc.returncode < 0:
                 # scontrol runs inside the job: the requeue's own kill ended it
@@ -167,19 +169,10 @@ class EarlyRelease:
                 # the job requeued). The intent stands as the record.
                 return
             if proc.returncode != 0:
-                self._record("failed", why=f"scontrol requeue exited {proc.returncode}: {proc.stderr.strip()[:200]}",
+                self._record(EARLY_FAILED,
+                             why=f"scontrol requeue exited {proc.returncode}: {proc.stderr.strip()[:200]}",
                              all_acknowledged_at=seen_all)
                 return
-            self._record("requeued", why=why, all_acknowledged_at=seen_all, at=at)
+            self._record(EARLY_REQUEUED, why=why, all_acknowledged_at=seen_all, at=at)
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
-            self._record("failed", why=str(exc)[:200], all_acknowledged_at=seen_all)
-
-
-def read_decision(jobdir: JobDir, epoch: str) -> dict | None:
-    """What rank 0 decided for `epoch` (the Epilog records it with the set)."""
-    try:
-        with open(jobdir.early_path(epoch), encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
+            self._record(EARLY_FAILED, why=str(exc)[:200], all_acknowledged_at=seen_all)

@@ -12,14 +12,14 @@ Each is idempotent (Slurm may run a hook twice) and runs under hooks.policy.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 
 from .. import paths
 from ..config import Config
 from ..errors import PathError, SnapError, Unsupported, VolumesRefused
-from ..inventory.records import Refusal, VolumeSpec
+from ..inventory.records import Refusal
+from ..jobrecords import JobRecord, VolumeRecord
 from ..slurm import hooknames
 from ..slurm.jobenv import JobEnv
 from ..jobdir import JobDir
@@ -74,11 +74,9 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
     jobdir = JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid)
     told: list[str] = []
     try:
-        jobdir.write_job({
-            "job_id": job.job_id, "restart_count": job.restart_count, "user": job.user, "nodes": list(job.nodes),
-            "signal": cfg.protocol.checkpoint_signal,
-            "volumes": [{"class": s.volume_class, "scope": s.scope, "node": s.node or None, "path": s.path}
-                        for s in specs]})
+        jobdir.write_job(JobRecord(job_id=job.job_id, restart_count=job.restart_count, user=job.user,
+                                   nodes=tuple(job.nodes), signal=cfg.protocol.checkpoint_signal,
+                                   volumes=tuple(specs)))
         if refused:
             # Told three ways: the job's own output (the SPANK plugin prints
             # this node's Prolog file in every step), the inventory
@@ -94,12 +92,12 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
             # What is left of the hook's budget, less the time to write
             # resume.json and this node's file once the moves are done.
             info = preempt.prepare_resume(cfg, inv, job, budget=None if left is None else max(0.0, left - 5.0))
-            resumed = f"; resume point: {info}" if info else "; no app-consistent set to resume from"
-            if info and info.get("missing"):
+            resumed = f"; resume point: {info.to_json()}" if info else "; no app-consistent set to resume from"
+            if info and info.missing:
                 # The job's output says which parts its ranks start without
                 # (the SPANK plugin prints this node's file in every step).
-                told = [f"resuming from set {info['set_id']} without {m} (slurm-snap show {job.job_id})"
-                        for m in info["missing"]]
+                told = [f"resuming from set {info.set_id} without {m} (slurm-snap show {job.job_id})"
+                        for m in info.missing]
         return f"prepared {len(mine)} volumes on {job.node}{resumed}"
     except VolumesRefused:
         raise
@@ -122,23 +120,22 @@ def _record_refusals(cfg: Config, inv, job: JobEnv, specs: list, refused: list) 
     """Into the inventory (through the service on a node); False if that
     failed, which is logged and left to the policy's own failure record: the
     refusal itself is what the hook reports either way."""
-    from ..protocol.preempt import job_fields, recorder_for
+    from ..protocol.recorder import JobFacts, recorder_for
 
     try:
-        recorder_for(cfg, inv).refused(job=job_fields(job), node=job.node, specs=specs,
-                                       refused=[dataclasses.asdict(r) for r in refused])
+        recorder_for(cfg, inv).refused(job=JobFacts.of(job), node=job.node, specs=list(specs), refused=list(refused))
         return True
     except SnapError as exc:
         log.error("job %s: refusal not recorded in the inventory: %s", job.job_id, exc)
         return False
 
 
-def _is_class_path(cfg: Config, spec: VolumeSpec, job: JobEnv) -> bool:
+def _is_class_path(cfg: Config, spec: VolumeRecord, job: JobEnv) -> bool:
     vc = cfg.volume_class(spec.volume_class)
     return vc is not None and spec.path == vc.job_path(spec.node or None, job.job_id)
 
 
-def _prepare_volume(cfg: Config, spec: VolumeSpec, job: JobEnv, *, create: bool) -> None:
+def _prepare_volume(cfg: Config, spec: VolumeRecord, job: JobEnv, *, create: bool) -> None:
     """Per-job volumes are created owned by the user; declared paths must already
     be theirs. Either way nothing below an allowed root is reached through a link."""
     vc = cfg.volume_class(spec.volume_class)

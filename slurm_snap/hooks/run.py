@@ -60,7 +60,7 @@ def run_named(config_path: str | None, name: str) -> int:
         if state.get("recorded"):
             return  # the hook recorded its failure itself, precisely
         if state["inv"] is not None and state["job"] is not None:
-            from ..protocol.preempt import recorder_for
+            from ..protocol.recorder import recorder_for
 
             recorder_for(cfg, state["inv"]).hook_failed(hook=hook, detail=detail, job_id=state["job"].job_id,
                                                         node=state["job"].node)

@@ -11,7 +11,7 @@ from .. import paths
 from .. import states as S
 from ..config import Config, VolumeClass
 from ..errors import BadValueError, PathError
-from ..inventory.records import VolumeSpec
+from ..jobrecords import VolumeRecord
 
 MAX_VOLUMES = 256
 
@@ -79,15 +79,15 @@ def path_on(d: Declared, node: str | None, job_id: int) -> str:
     return f"{d.vc.prefix_for(node if d.vc.scope == 'node-local' else None)}/{d.rel}"
 
 
-def specs_for_job(cfg: Config, declared: list[Declared], nodes, job_id: int) -> list[VolumeSpec]:
+def specs_for_job(cfg: Config, declared: list[Declared], nodes, job_id: int) -> list[VolumeRecord]:
     """Every volume of the job: node-local ones once per node, shared ones once."""
     out = []
     for d in declared:
         targets = list(nodes) if d.vc.scope == "node-local" else [""]
         for node in targets:
-            out.append(VolumeSpec(path=path_on(d, node or None, job_id), scope=d.vc.scope,
-                                  volume_class=d.vc.name, backend=d.vc.backend, node=node,
-                                  site=d.vc.site, region=d.vc.region))
+            out.append(VolumeRecord(path=path_on(d, node or None, job_id), scope=d.vc.scope,
+                                    volume_class=d.vc.name, backend=d.vc.backend, node=node,
+                                    site=d.vc.site, region=d.vc.region))
     return out
 
 

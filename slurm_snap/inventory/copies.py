@@ -48,13 +48,13 @@ class CopyQueries:
         removed when the drill ended): it must no longer count as held."""
         res = self.s.execute(update(PartCopy).where(PartCopy.set_id == set_id, PartCopy.node == node,
                                                     PartCopy.ref == ref, PartCopy.purpose == purpose,
-                                                    PartCopy.state == "OK").values(state="DELETED"))
+                                                    PartCopy.state == S.COPY_OK).values(state=S.COPY_DELETED))
         return res.rowcount or 0
 
     def mark_copies_lost(self, node: str, why: str) -> int:
         """Every OK copy on `node` is gone with it."""
-        res = self.s.execute(update(PartCopy).where(PartCopy.node == node, PartCopy.state == "OK")
-                             .values(state="LOST", error=why))
+        res = self.s.execute(update(PartCopy).where(PartCopy.node == node, PartCopy.state == S.COPY_OK)
+                             .values(state=S.COPY_LOST, error=why))
         return res.rowcount or 0
 
     def parts_needing_partner(self, limit: int) -> list[Snapshot]:
@@ -62,13 +62,13 @@ class CopyQueries:
         (and fewer than PARTNER_ATTEMPTS failed ones), oldest set first; rows
         come with their volume and set's run loaded."""
         ok = select(PartCopy.id).where(PartCopy.snapshot_id == Snapshot.id, PartCopy.purpose == "partner",
-                                       PartCopy.state == "OK").exists()
+                                       PartCopy.state == S.COPY_OK).exists()
         failed = (select(func.count(PartCopy.id)).where(PartCopy.snapshot_id == Snapshot.id,
-                                                        PartCopy.purpose == "partner", PartCopy.state == "FAILED")
+                                                        PartCopy.purpose == "partner", PartCopy.state == S.COPY_FAILED)
                   .scalar_subquery())
         q = (select(Snapshot).join(Volume, Volume.id == Snapshot.volume_id)
              .join(SnapshotSet, SnapshotSet.id == Snapshot.set_id)
-             .where(Snapshot.state == "CUT", Volume.scope == "node-local",
+             .where(Snapshot.state == S.PART_CUT, Volume.scope == "node-local",
                     SnapshotSet.state.in_(tuple(S.RESTORABLE)), ~ok, failed < PARTNER_ATTEMPTS)
              .options(selectinload(Snapshot.volume), selectinload(Snapshot.set).selectinload(SnapshotSet.job_run))
              .order_by(Snapshot.set_id, Snapshot.id).limit(limit))
@@ -80,8 +80,8 @@ class CopyQueries:
         stream to `partner` can be taken against."""
         q = (select(Snapshot).join(Volume, Volume.id == Snapshot.volume_id)
              .join(PartCopy, and_(PartCopy.snapshot_id == Snapshot.id, PartCopy.node == partner,
-                                  PartCopy.state == "OK"))
-             .where(Snapshot.node == node, Snapshot.state == "CUT", Volume.path == volume_path,
+                                  PartCopy.state == S.COPY_OK))
+             .where(Snapshot.node == node, Snapshot.state == S.PART_CUT, Volume.path == volume_path,
                     Snapshot.set_id < before_set)
              .order_by(Snapshot.set_id.desc()).limit(1))
         return self.s.scalar(q)

@@ -18,7 +18,7 @@ from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, 
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from ..states import WANT_APP
+from ..states import COPY_OK, PART_CUT, WANT_APP
 
 
 MYSQL_DIALECTS = ("mysql", "mariadb")
@@ -182,7 +182,7 @@ class Snapshot(Base):
     path: Mapped[path_t] = mapped_column(default="")
     node: Mapped[str64] = mapped_column(default="")
     # CUT, DELETING, DELETED, MISSING
-    state: Mapped[str] = mapped_column(String(16), default="CUT")
+    state: Mapped[str] = mapped_column(String(16), default=PART_CUT)
     cut_started_at: Mapped[utc]
     cut_at: Mapped[utc]
     site: Mapped[str64] = mapped_column(default="")
@@ -221,7 +221,7 @@ class PartCopy(Base):
     method: Mapped[str] = mapped_column(String(24), default="")   # send, send-incremental, copy, present
     bytes: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
     seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
-    state: Mapped[str] = mapped_column(String(16), default="OK")  # OK, FAILED, LOST, DELETED
+    state: Mapped[str] = mapped_column(String(16), default=COPY_OK)  # states.COPY_STATES
     error: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[utc]
 

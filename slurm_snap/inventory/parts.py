@@ -11,8 +11,10 @@ from sqlalchemy import delete, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session, selectinload
 
 from ..clock import utcnow
-from .models import BarrierAck, Snapshot
-from .records import AckRecord, SnapshotRecord
+from .. import states as S
+from ..jobrecords import Ack, ManifestEntry
+from .models import BarrierAck, JobRun, Snapshot, SnapshotSet
+from .records import SnapshotRecord
 
 
 class PartQueries:
@@ -20,7 +22,7 @@ class PartQueries:
 
     s: Session
 
-    def record_acks(self, set_id: int, acks: Sequence[AckRecord], *,
+    def record_acks(self, set_id: int, acks: Sequence[Ack], *,
                     replace: Sequence[tuple[str, int]] | None = None, replace_all: bool = False) -> int:
         """Insert acknowledgements not yet recorded, each with the time it was
         first seen (`seen_at`, the reader's clock; now when None); one
@@ -47,7 +49,8 @@ class PartQueries:
             have.add((a.node, a.rank))
             rows.append(dict(set_id=set_id, node=a.node, rank=a.rank, local_rank=a.local_rank,
                              local_size=a.local_size, step=a.step, written_at=a.written_at,
-                             received_at=a.seen_at or now, manifest=list(a.manifest), world_size=a.world_size,
+                             received_at=a.seen_at or now, manifest=[e.to_json() for e in a.manifest],
+                             world_size=a.world_size,
                              independent=bool(a.independent), agreement=a.agreement[:255],
                              signalled_at=a.signalled_at))
         if rows:
@@ -56,12 +59,18 @@ class PartQueries:
             self.s.execute(insert(BarrierAck.__table__), rows)
         return len(rows)
 
-    def ack_records(self, set_id: int) -> list[AckRecord]:
-        """The set's acknowledgements as the verdict reads them."""
-        return [AckRecord(node=a.node, rank=a.rank, local_rank=a.local_rank, local_size=a.local_size, step=a.step,
-                          written_at=a.written_at, seen_at=a.received_at, manifest=tuple(a.manifest or ()),
-                          world_size=a.world_size, independent=bool(a.independent), agreement=a.agreement or "",
-                          signalled_at=a.signalled_at)
+    def ack_records(self, set_id: int) -> list[Ack]:
+        """The set's acknowledgements as the verdict reads them (the file's
+        version is not kept: None)."""
+        owner = self.s.execute(select(JobRun.job_id, SnapshotSet.epoch)
+                               .join_from(SnapshotSet, JobRun, SnapshotSet.job_run_id == JobRun.id)
+                               .where(SnapshotSet.id == set_id)).first()
+        job_id, epoch = owner if owner is not None else ("", "")
+        return [Ack(node=a.node, rank=a.rank, local_rank=a.local_rank, local_size=a.local_size, step=a.step,
+                    written_at=a.written_at, seen_at=a.received_at,
+                    manifest=tuple(ManifestEntry(**e) for e in a.manifest or ()), world_size=a.world_size,
+                    independent=bool(a.independent), agreement=a.agreement or "", signalled_at=a.signalled_at,
+                    job_id=str(job_id), epoch=epoch, version=None)
                 for a in self.acks(set_id)]
 
     def ack_span(self, set_id: int) -> tuple[dt.datetime | None, dt.datetime | None]:
@@ -100,7 +109,7 @@ class PartQueries:
     def snapshots(self, set_id: int, *, include_deleted: bool = False) -> list[Snapshot]:
         q = select(Snapshot).where(Snapshot.set_id == set_id)
         if not include_deleted:
-            q = q.where(Snapshot.state != "DELETED")
+            q = q.where(Snapshot.state != S.PART_DELETED)
         return list(self.s.scalars(q.options(selectinload(Snapshot.volume)).order_by(Snapshot.id)))
 
     def set_snapshot_state(self, snapshot_id: int, state: str, error: str = "") -> None:
@@ -109,7 +118,7 @@ class PartQueries:
     def snapshot_refs_in_use(self, backend: str, ref: str, *, excluding_set: int) -> int:
         return self.s.scalar(select(func.count()).select_from(Snapshot).where(
             Snapshot.backend == backend, Snapshot.ref == ref, Snapshot.set_id != excluding_set,
-            Snapshot.state == "CUT")) or 0
+            Snapshot.state == S.PART_CUT)) or 0
 
     def count_parts(self, set_id: int) -> int:
         return self.s.scalar(select(func.count()).select_from(Snapshot).where(Snapshot.set_id == set_id)) or 0

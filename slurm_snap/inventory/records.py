@@ -1,56 +1,14 @@
 """Plain records passed to the repository: no SQLAlchemy here, so the hooks'
-hot path can describe volumes without importing the ORM."""
+hot path can describe parts and refusals without importing the ORM. The
+per-job files' records (the acknowledgement, the volume) are
+slurm_snap.jobrecords', which the repository takes as they are."""
 from __future__ import annotations
 
 import datetime as dt
-import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
-
-@dataclass(frozen=True)
-class VolumeSpec:
-    path: str
-    scope: str
-    volume_class: str
-    backend: str
-    node: str = ""
-    site: str = ""
-    region: str = ""
-
-
-@dataclass(frozen=True)
-class AckRecord:
-    """One rank's acknowledgement as the set knows it: what the coordinator or
-    a hook read from ack/, what the inventory stores, what the verdict judges.
-
-    `seen_at` is when the reader first saw it (its own clock: an upper bound
-    of when the barrier was reached); None when it is being recorded now.
-    `world_size` is the launcher's number of ranks (None from clients that
-    do not say). `independent` is the job's declaration that its ranks
-    checkpoint independently, so mixed steps are one consistent point.
-    `agreement` says how the rank chose its step: "" without a process
-    group, "collective" when its peers agreed, "failed: WHY" when the
-    collective failed. `signalled_at` is when the rank's own checkpoint
-    signal reached it (None: never, or an older client).
-    """
-
-    node: str
-    rank: int
-    local_rank: int
-    local_size: int
-    step: int
-    written_at: dt.datetime
-    seen_at: dt.datetime | None = None
-    manifest: tuple = ()
-    world_size: int | None = None
-    independent: bool = False
-    agreement: str = ""
-    signalled_at: dt.datetime | None = None
-
-    @property
-    def agreement_failed(self) -> bool:
-        return self.agreement.startswith("failed")
+from .. import states as S
 
 
 @dataclass(frozen=True)
@@ -67,7 +25,7 @@ class SnapshotRecord:
     node: str
     cut_started_at: dt.datetime | None
     cut_at: dt.datetime | None
-    state: str = "CUT"
+    state: str = S.PART_CUT
     error: str = ""
     site: str = ""
     region: str = ""
@@ -76,7 +34,7 @@ class SnapshotRecord:
 
     @property
     def ok(self) -> bool:
-        return self.state == "CUT"
+        return self.state == S.PART_CUT
 
     @property
     def manifest_why(self) -> str:
@@ -119,37 +77,6 @@ class SetFilter:
     limit: int | None = None
 
 
-# ---- records on the wire (the slurm-snap service) ------------------------------
-def to_json(rec) -> dict:
-    """A record as JSON: times as ISO 8601 with their offset."""
-    out = {}
-    for f in dataclasses.fields(rec):
-        v = getattr(rec, f.name)
-        out[f.name] = v.isoformat() if isinstance(v, dt.datetime) else (list(v) if isinstance(v, tuple) else v)
-    return out
-
-
-_TIMES = {"written_at", "seen_at", "cut_started_at", "cut_at", "signalled_at"}
-
-
-def from_json(cls, data: dict):
-    """The inverse of to_json, refusing unknown fields by name."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        from ..errors import BadValueError
-
-        raise BadValueError(what=f"{cls.__name__} field", value=unknown[0], why="unknown")
-    kw = {}
-    for k, v in data.items():
-        if k in _TIMES and v is not None:
-            v = dt.datetime.fromisoformat(v)
-        elif k == "manifest":
-            v = tuple(v)
-        kw[k] = v
-    return cls(**kw)
-
-
 @dataclass(frozen=True)
 class CopyRecord:
     """A node-local part put on another node (or the attempt that failed):
@@ -169,9 +96,9 @@ class CopyRecord:
     method: str = ""
     bytes: int | None = None
     seconds: float | None = None
-    state: str = "OK"
+    state: str = S.COPY_OK
     error: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.state == "OK"
+        return self.state == S.COPY_OK

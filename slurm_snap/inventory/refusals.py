@@ -13,12 +13,13 @@ from sqlalchemy import and_, exists, func, select, update
 
 from ..clock import utcnow
 from .models import JobRun, SnapshotSet, Volume
-from .records import Refusal, SetFilter, VolumeSpec  # noqa: F401 (Refusal re-exported)
+from ..jobrecords import VolumeRecord
+from .records import Refusal, SetFilter  # noqa: F401 (Refusal re-exported)
 from .reports import filter_conds
 
 
 def record(repo, *, job_id: int, restart_count: int, user_name: str, uid: int, partition: str,
-           nodes: Sequence[str], options: dict, specs: Sequence[VolumeSpec], refused: Sequence[Refusal]) -> int:
+           nodes: Sequence[str], options: dict, specs: Sequence[VolumeRecord], refused: Sequence[Refusal]) -> int:
     """Mark the refused volumes of a run, creating the run and its volume rows
     first if PrologSlurmctld (which records them in the background, about
     0.3 s after the launch) has not yet: the refusal must not wait for it.

@@ -40,7 +40,7 @@ class ReportQueries:
         if with_parts:
             # Parts that were cut (a MISSING part records a failure, not a volume cut).
             cols.append(select(func.count()).select_from(Snapshot)
-                        .where(Snapshot.set_id == SnapshotSet.id, Snapshot.state != "MISSING")
+                        .where(Snapshot.set_id == SnapshotSet.id, Snapshot.state != S.PART_MISSING)
                         .correlate(SnapshotSet).scalar_subquery().label("parts"))
         q = select(*cols).join(JobRun, JobRun.id == SnapshotSet.job_run_id).where(*filter_conds(f))
         q = q.order_by(SnapshotSet.requested_at, SnapshotSet.id)
@@ -56,7 +56,7 @@ class ReportQueries:
             # Complete copies of the part on another node (part_copy): whether
             # the set survives the loss of the part's node.
             elsewhere = (select(func.count(PartCopy.id))
-                         .where(PartCopy.snapshot_id == Snapshot.id, PartCopy.state == "OK",
+                         .where(PartCopy.snapshot_id == Snapshot.id, PartCopy.state == S.COPY_OK,
                                 PartCopy.node != Snapshot.node)
                          .scalar_subquery())
             q = (select(Snapshot.id.label("snapshot_id"), Snapshot.set_id, Snapshot.node, Snapshot.backend,

@@ -32,7 +32,7 @@ from .drills import DrillQueries
 from .events import EventQueries
 from .failures import FailureQueries
 from .parts import PartQueries
-from .records import AckRecord, CopyRecord, SetFilter, SnapshotRecord, VolumeSpec  # noqa: F401 (re-exported)
+from .records import CopyRecord, SetFilter, SnapshotRecord  # noqa: F401 (re-exported)
 from .reports import ReportQueries
 from .runs import RunQueries
 from .schedule import ScheduleQueries

@@ -11,7 +11,7 @@ from ..clock import utcnow
 from ..errors import NotFound
 from .. import states as S
 from .models import JobRun, SnapshotSet, Volume
-from .records import VolumeSpec
+from ..jobrecords import VolumeRecord, preempt_epoch
 
 
 class RunQueries:
@@ -40,7 +40,7 @@ class RunQueries:
         self.s.flush()
         return run
 
-    def add_volumes(self, run: JobRun, specs: Iterable[VolumeSpec], *, prepared: bool = False) -> list[Volume]:
+    def add_volumes(self, run: JobRun, specs: Iterable[VolumeRecord], *, prepared: bool = False) -> list[Volume]:
         existing = {(v.path, v.node): v for v in self.s.scalars(select(Volume).where(Volume.job_run_id == run.id))}
         out = []
         now = utcnow()
@@ -113,6 +113,6 @@ class RunQueries:
                                      SnapshotSet.trigger == "preempt", SnapshotSet.state.in_(S.ACTIVE))
                               .order_by(JobRun.restart_count.desc()))
         for run, epoch in rows:
-            if epoch == f"preempt-{run.restart_count}":
+            if epoch == preempt_epoch(run.restart_count):
                 return run
         return None

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import time
 
-from .barrier import as_record
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ class AckLedger:
         else:
             rows, replace = self._pending(collector)
         if rows:
-            repo.record_acks(self.set_id, [as_record(a, seen) for a, seen in rows],
+            repo.record_acks(self.set_id, [a.seen(seen) for a, seen in rows],
                              replace=replace, replace_all=self._unsure)
             for a, seen in rows:
                 self._recorded[(a.node, a.rank)] = (a, seen)

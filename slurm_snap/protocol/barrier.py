@@ -4,8 +4,8 @@ The ack directory is owned by the job's user and read by root, so every file
 is opened relative to a directory descriptor with O_NOFOLLOW|O_NONBLOCK and
 must be a regular file owned by that user (or root): a symlink or hard link
 to /etc/shadow, or a FIFO, is rejected with its reason, never read.
-Parsing and the per-node completeness rule are the client's (one definition
-of an acknowledgement on both sides of the barrier).
+Parsing is jobrecords.Ack's (one definition of an acknowledgement on both
+sides of the barrier); the per-node completeness rule is here.
 """
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from ..clock import utcnow
-from ..inventory.records import AckRecord
-from ..client.ack import MAX_ACK_BYTES, Ack, node_barrier_complete, parse_ack
 from ..errors import BadValueError
 from ..jobdir import is_ack_name
+from ..jobrecords import MAX_ACK_BYTES, Ack
 from ..watch import Watcher
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -52,19 +51,35 @@ class BarrierState:
     def all_acks(self) -> list[tuple[Ack, dt.datetime]]:
         return [item for ranks in self.acks.values() for item in ranks.values()]
 
-    def records(self) -> list[AckRecord]:
-        """Every acknowledgement as the inventory and the verdict take it."""
-        return [as_record(a, seen) for a, seen in self.all_acks()]
+    def records(self) -> list[Ack]:
+        """Every acknowledgement with when it was first seen, as the inventory
+        and the verdict take it."""
+        return [a.seen(seen) for a, seen in self.all_acks()]
 
 
-def as_record(a: Ack, seen: dt.datetime | None) -> AckRecord:
-    """One parsed acknowledgement, with when it was first seen, as a record."""
-    return AckRecord(node=a.node, rank=a.rank, local_rank=a.local_rank, local_size=a.local_size, step=a.step,
-                     written_at=a.written_at, seen_at=seen,
-                     manifest=tuple({"path": e.path, "size": e.size, **({"sha256": e.sha256} if e.sha256 else {})}
-                                    for e in a.manifest),
-                     world_size=a.world_size, independent=a.independent, agreement=a.agreement,
-                     signalled_at=a.signalled_at)
+def node_barrier_complete(acks_for_node: Iterable[Ack]) -> bool:
+    """True when one node's acks cover local ranks 0..local_size-1, all with
+    the same local_size, one distinct rank per local rank (every ack was
+    checked for this set's epoch when it was parsed)."""
+    acks = list(acks_for_node)
+    if not acks:
+        return False
+    nodes = {ack.node for ack in acks}
+    if len(nodes) > 1:
+        raise BadValueError(what="acknowledgements of one node", value=sorted(nodes),
+                            why="come from several nodes")
+    if len({ack.local_size for ack in acks}) != 1:
+        return False
+    local_size = acks[0].local_size
+    by_local_rank: dict[int, set[int]] = {}
+    for ack in acks:
+        by_local_rank.setdefault(ack.local_rank, set()).add(ack.rank)
+    # Length first: local_size comes from a rank's file and may be huge.
+    if len(by_local_rank) != local_size or set(by_local_rank) != set(range(local_size)):
+        return False
+    # Two different global ranks claiming one local rank means the acks do not
+    # describe one consistent layout of this node.
+    return all(len(ranks) == 1 for ranks in by_local_rank.values())
 
 
 class AckCollector:
@@ -175,7 +190,7 @@ class AckCollector:
         finally:
             os.close(fd)
         try:
-            ack = parse_ack(raw, self.state.job_id, self.state.epoch, self.max_bytes)
+            ack = Ack.from_bytes(raw, self.state.job_id, self.state.epoch, self.max_bytes)
         except BadValueError as exc:
             self._reject(name, str(exc)[:300])
             return None

@@ -28,7 +28,6 @@ from typing import Callable
 
 from ..clock import utcnow
 from .. import access
-from ..client.ack import MAX_ACK_BYTES
 from ..config import Config
 from ..errors import BadValueError, Busy, InvalidTransition, NotFound, SnapError
 from ..jobdir import JobDir
@@ -37,7 +36,8 @@ from . import finalize, owner
 from .ackledger import AckLedger
 from .. import states as S
 from .barrier import AckCollector, wait_for_barrier
-from .cutter import CutPool, VolumeInfo, assign_manifests
+from ..jobrecords import MAX_ACK_BYTES, ReleaseRecord, RequestRecord, VolumeRecord
+from .cutter import CutPool, assign_manifests
 from .verdict import judge
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ class Coordinator:
             else:
                 with self.inv.session() as repo:
                     repo.event("snapshot", self._requested_by, job_id=job_id, set_id=set_id)
-                    volumes = [VolumeInfo.of(v) for v in repo.volume_rows(run_id)]
+                    volumes = [VolumeRecord.of(v) for v in repo.volume_rows(run_id)]
                 pool = CutPool(volumes, self.backend_for)
             results, outside = self._cut(out, job_id, volumes, collector, pool)
             self._finalize(out, volumes, nodes, requested_at, collector, results, outside, extra)
@@ -188,8 +188,8 @@ class Coordinator:
             t = time.monotonic()
             if dirs is not None:
                 try:
-                    dirs.write_release(epoch=epoch, set_id=set_id, state=out.state,
-                                           consistency=out.consistency)
+                    dirs.write_release(ReleaseRecord(epoch=epoch, set_id=set_id, state=out.state,
+                                                     consistency=out.consistency))
                 except OSError as exc:  # logged, never masks the set's own outcome
                     log.error("job %s: cannot write release/%s: %s", job_id, epoch, exc)
             if pool is not None:
@@ -201,8 +201,8 @@ class Coordinator:
     # -- signal and barrier -------------------------------------------------------
     def _quiesce(self, out: Outcome, dirs, job_id, epoch, requested_at, deadline_s, uid, nodes, run_id, t0):
         t = time.monotonic()
-        dirs.write_request(epoch=epoch, requested_at=requested_at,
-                               deadline=requested_at + dt.timedelta(seconds=deadline_s))
+        dirs.write_request(RequestRecord(job_id=dirs.job_id, epoch=epoch, requested_at=requested_at,
+                                         deadline=requested_at + dt.timedelta(seconds=deadline_s)))
         extra = []
         signalled = True
         try:
@@ -218,7 +218,7 @@ class Coordinator:
             repo.event("snapshot", self._requested_by, job_id=job_id, set_id=out.set_id)
             if not signalled:
                 repo.event("snapshot", extra[-1], job_id=job_id, set_id=out.set_id, level="error")
-            volumes = [VolumeInfo.of(v) for v in repo.volume_rows(run_id)]
+            volumes = [VolumeRecord.of(v) for v in repo.volume_rows(run_id)]
         out.state = S.QUIESCING
         pool = CutPool(volumes, self.backend_for)
         self.hook("signalled")
@@ -257,7 +257,7 @@ class Coordinator:
         return out
 
     # -- cut and record -----------------------------------------------------------
-    def _cut(self, out: Outcome, job_id: int, volumes: list[VolumeInfo], collector, pool):
+    def _cut(self, out: Outcome, job_id: int, volumes: list[VolumeRecord], collector, pool):
         t = time.monotonic()
         entries, outside = {}, []
         if collector is not None:

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from ..clock import utcnow
+from .. import states as S
 from ..backends.base import Backend, SnapshotRef
 from ..backends.transport import LocalTransport
 from ..errors import SnapError
 from ..inventory.records import SnapshotRecord
+from ..jobrecords import VolumeRecord
 
 # Threads cutting at once. They start (and open their SSH connections) while
 # the ranks checkpoint. Measured on 2 CPUs with 1,000 volumes: 256 threads
@@ -38,28 +40,6 @@ def name_prefix(job_id: int, set_id: int) -> str:
 
 
 @dataclass(frozen=True)
-class VolumeInfo:
-    """What the cutter needs of an inventory Volume row, detached from the session."""
-
-    id: int
-    path: str
-    scope: str
-    node: str
-    volume_class: str
-    backend: str
-    site: str = ""
-    region: str = ""
-    # Why the node Prolog refused this path ("" if it did not): a refused path
-    # is never handed to a backend (it may be a link swapped in to aim root's cut).
-    refused: str = ""
-
-    @classmethod
-    def of(cls, v) -> "VolumeInfo":
-        return cls(v.id, v.path, v.scope, v.node or "", v.volume_class, v.backend, v.site or "", v.region or "",
-                   getattr(v, "refusal", None) or "")
-
-
-@dataclass(frozen=True)
 class Entry:
     path: str
     size: int
@@ -67,7 +47,7 @@ class Entry:
 
 @dataclass
 class CutResult:
-    volume: VolumeInfo
+    volume: VolumeRecord
     name: str
     ok: bool = False
     ref: SnapshotRef | None = None
@@ -84,7 +64,7 @@ class CutResult:
         return SnapshotRecord(volume_id=v.id, backend=v.backend, name=self.name,
                               ref=self.ref.ref if self.ref else "", path=(self.ref.path or "") if self.ref else "",
                               node=v.node, cut_started_at=self.cut_started_at, cut_at=self.cut_at,
-                              state="CUT" if self.ok else "MISSING",
+                              state=S.PART_CUT if self.ok else S.PART_MISSING,
                               error=(self.manifest_why if self.ok else self.error)[:2000], site=v.site,
                               region=v.region, shared_key=self.shared_key,
                               manifest_ok=self.manifest_ok if self.ok else None)
@@ -100,17 +80,17 @@ def _under(path: str, root: str) -> str | None:
     return None
 
 
-def assign_manifests(volumes: Sequence[VolumeInfo], manifests: Iterable[tuple[str, Iterable]]
+def assign_manifests(volumes: Sequence[VolumeRecord], manifests: Iterable[tuple[str, Iterable]]
                      ) -> tuple[dict[int, list[Entry]], list[str]]:
     """Map each acknowledged file to the volume that holds it.
 
-    `manifests` yields (node, entries with .path/.size or dicts). A file on a
+    `manifests` yields (node, manifest entries). A file on a
     node-local volume belongs to that node's row; a shared volume holds files
     of every node. Files under no declared volume are returned separately: a
     checkpoint outside the set cannot be restored from it.
     """
-    local: dict[str, list[VolumeInfo]] = {}
-    shared: list[VolumeInfo] = []
+    local: dict[str, list[VolumeRecord]] = {}
+    shared: list[VolumeRecord] = []
     for v in volumes:
         (shared if v.scope == "shared" else local.setdefault(v.node, [])).append(v)
     real = {v.id: os.path.realpath(v.path) for v in shared}
@@ -118,7 +98,7 @@ def assign_manifests(volumes: Sequence[VolumeInfo], manifests: Iterable[tuple[st
     outside: list[str] = []
     for node, entries in manifests:
         for e in entries:
-            path, size = (e["path"], e["size"]) if isinstance(e, dict) else (e.path, e.size)
+            path, size = e.path, e.size
             home = None
             for v in local.get(node, []) + shared:
                 rel = _under(path, v.path)
@@ -134,7 +114,8 @@ def assign_manifests(volumes: Sequence[VolumeInfo], manifests: Iterable[tuple[st
     return out, outside
 
 
-def verify(backend: Backend, volume: VolumeInfo, ref: SnapshotRef, entries: Sequence[Entry]) -> tuple[bool | None, str]:
+def verify(backend: Backend, volume: VolumeRecord, ref: SnapshotRef,
+           entries: Sequence[Entry]) -> tuple[bool | None, str]:
     """Every acknowledged file exists in the snapshot with its acknowledged size."""
     if not entries:
         return True, ""
@@ -153,7 +134,7 @@ def verify(backend: Backend, volume: VolumeInfo, ref: SnapshotRef, entries: Sequ
 VERIFY_CLONE_PREFIX = ".slurm-snap-verify-"
 
 
-def _verify_through_clone(backend: Backend, volume: VolumeInfo, ref: SnapshotRef,
+def _verify_through_clone(backend: Backend, volume: VolumeRecord, ref: SnapshotRef,
                           entries: Sequence[Entry]) -> tuple[bool | None, str]:
     target = posixpath.join(posixpath.dirname(volume.path.rstrip("/")), VERIFY_CLONE_PREFIX + ref.name)
     try:
@@ -171,7 +152,7 @@ def _verify_through_clone(backend: Backend, volume: VolumeInfo, ref: SnapshotRef
     return ok, why
 
 
-def _check_files(backend: Backend, volume: VolumeInfo, root: str,
+def _check_files(backend: Backend, volume: VolumeRecord, root: str,
                  entries: Sequence[Entry]) -> tuple[bool, str]:
     """Every entry exists under `root` (the snapshot's files) with its size."""
     real = os.path.realpath(volume.path) if volume.scope == "shared" else volume.path
@@ -224,7 +205,7 @@ def coalesced_name(key: str, at: dt.datetime, window: float = COALESCE_WINDOW) -
     return f"slurm-snap-shared-{safe}-{int(at.timestamp() // window)}"
 
 
-def cut_one(v: VolumeInfo, *, job_id: int, set_id: int, backend_for: Callable[[VolumeInfo], Backend],
+def cut_one(v: VolumeRecord, *, job_id: int, set_id: int, backend_for: Callable[[VolumeRecord], Backend],
             entries: Sequence[Entry], clock: Callable[[], dt.datetime]) -> CutResult:
     """Cut and verify one volume; a failure is returned, never raised."""
     r = CutResult(volume=v, name=snapshot_name(job_id, set_id, v.id))
@@ -258,7 +239,7 @@ class CutPool:
     opened) -- while the ranks are still checkpointing, so the cut itself
     only pays the backends' own latency."""
 
-    def __init__(self, volumes: Sequence[VolumeInfo], backend_for: Callable[[VolumeInfo], Backend],
+    def __init__(self, volumes: Sequence[VolumeRecord], backend_for: Callable[[VolumeRecord], Backend],
                  max_workers: int = MAX_WORKERS):
         self._factory = backend_for
         self._backends: dict[int, Backend] = {}
@@ -278,13 +259,13 @@ class CutPool:
             except Exception:  # reported by the cut itself, per volume
                 pass
 
-    def backend_for(self, v: VolumeInfo) -> Backend:
+    def backend_for(self, v: VolumeRecord) -> Backend:
         b = self._backends.get(v.id)
         if b is None:
             b = self._backends[v.id] = self._factory(v)
         return b
 
-    def cut(self, volumes: Sequence[VolumeInfo], *, job_id: int, set_id: int,
+    def cut(self, volumes: Sequence[VolumeRecord], *, job_id: int, set_id: int,
             entries: Mapping[int, Sequence[Entry]] | None = None, clock: Callable[[], dt.datetime] = utcnow,
             budget: float | None = None, on_part: Callable[[CutResult], None] | None = None,
             meanwhile: Callable[[], None] | None = None) -> list[CutResult]:
@@ -328,8 +309,8 @@ class CutPool:
         self.close()
 
 
-def cut_all(volumes: Sequence[VolumeInfo], *, job_id: int, set_id: int,
-            backend_for: Callable[[VolumeInfo], Backend], entries: Mapping[int, Sequence[Entry]] | None = None,
+def cut_all(volumes: Sequence[VolumeRecord], *, job_id: int, set_id: int,
+            backend_for: Callable[[VolumeRecord], Backend], entries: Mapping[int, Sequence[Entry]] | None = None,
             clock: Callable[[], dt.datetime] = utcnow, budget: float | None = None,
             on_part: Callable[[CutResult], None] | None = None,
             max_workers: int = MAX_WORKERS) -> list[CutResult]:

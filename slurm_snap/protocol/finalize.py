@@ -10,7 +10,8 @@ from typing import Sequence
 from ..inventory.records import SnapshotRecord
 
 from .. import states as S
-from .cutter import VolumeInfo, assign_manifests
+from ..jobrecords import VolumeRecord
+from .cutter import assign_manifests
 from .verdict import Verdict, judge
 
 
@@ -18,7 +19,7 @@ def verdict_for(repo, st, *, allow_crash: bool, extra_reasons: Sequence[str] = (
     run = st.job_run
     volumes = repo.volumes(run)
     acks = repo.ack_records(st.id)
-    _entries, outside = assign_manifests([VolumeInfo.of(v) for v in volumes], [(a.node, a.manifest) for a in acks])
+    _entries, outside = assign_manifests([VolumeRecord.of(v) for v in volumes], [(a.node, a.manifest) for a in acks])
     return judge(wanted=st.wanted, volumes=volumes, nodes=list(run.nodes or []), acks=acks,
                  parts=[SnapshotRecord.of(p) for p in repo.snapshots(st.id)], requested_at=st.requested_at,
                  allow_crash=allow_crash, outside=outside, extra_reasons=extra_reasons)

@@ -23,6 +23,7 @@ import logging
 import time
 
 from .. import progress
+from .. import states as S
 from ..backends.base import SnapshotRef
 from ..errors import SnapError
 from ..inventory.records import CopyRecord
@@ -139,7 +140,7 @@ def execute(cfg, moves: list[Move], *, budget: float, for_restart: int | None, p
                     purpose=purpose, source_node=m.source_node, ranks=m.ranks, for_restart=for_restart)
         left = deadline - time.monotonic()
         if left <= 0:
-            return CopyRecord(**base, state="FAILED",
+            return CopyRecord(**base, state=S.COPY_FAILED,
                               error=f"not started: the {budget:g} s budget (restore.move_budget) was spent")
         ref = m.part.snapshot_ref()
         parent = None if m.parent is None else m.parent.snapshot_ref()
@@ -154,10 +155,10 @@ def execute(cfg, moves: list[Move], *, budget: float, for_restart: int | None, p
                 # stream costs more but needs nothing on the target.
                 got = xfer.transfer(source, ref, target, timeout=max(0.1, deadline - time.monotonic()))
         except SnapError as exc:
-            return CopyRecord(**base, state="FAILED", error=str(exc)[:2000])
+            return CopyRecord(**base, state=S.COPY_FAILED, error=str(exc)[:2000])
         except Exception as exc:  # noqa: BLE001 -- a failed copy is a missing part, never a failed Prolog
             log.exception("moving %s to %s", m.part.ref, m.to_node)
-            return CopyRecord(**base, state="FAILED", error=f"{exc.__class__.__name__}: {exc}"[:2000])
+            return CopyRecord(**base, state=S.COPY_FAILED, error=f"{exc.__class__.__name__}: {exc}"[:2000])
         progress.advance(0, nbytes=got.bytes or 0)   # the line shows bytes moved; callers count the items
         return CopyRecord(**base, method=got.method, bytes=got.bytes, seconds=round(got.seconds, 6))
 

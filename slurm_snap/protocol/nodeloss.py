@@ -17,10 +17,8 @@ from typing import Callable
 from ..clock import utcnow
 from ..errors import SnapError
 from .. import states as S
-# repair imports this module only inside repair(): no cycle. One action type for
-# everything repair reports, so its CLI prints and serialises them alike.
 from .nodelocal import PartView
-from .repair import RepairAction
+from .repairaction import RepairAction
 
 _LOST_STATES = ("down", "drain", "fail")
 
@@ -60,10 +58,10 @@ def check(cfg, inventory, *, node_states: dict[str, tuple[str, str]] | None = No
         for st in repo.sets_in_states(S.RESTORABLE):
             # LOST parts too: one already lost lives on only in its copies,
             # and the set must hear when the last of them goes.
-            parts = [(PartView.of(p), p.error if p.state == "LOST" else None)
-                     for p in repo.snapshots(st.id) if p.state in ("CUT", "LOST") and p.volume.scope == "node-local"]
+            parts = [(PartView.of(p), p.error if p.state == S.PART_LOST else None)
+                     for p in repo.snapshots(st.id) if p.state in S.PART_HELD and p.volume.scope == "node-local"]
             if parts:
-                copies = [(c.id, c.snapshot_id, c.node) for c in repo.copies(st.id, states=("OK",))]
+                copies = [(c.id, c.snapshot_id, c.node) for c in repo.copies(st.id, states=(S.COPY_OK,))]
                 todo.append((st.id, st.job_id, st.state, parts, copies))
     actions = []
     for set_id, job_id, state, parts, copies in todo:
@@ -109,7 +107,7 @@ def check(cfg, inventory, *, node_states: dict[str, tuple[str, str]] | None = No
                 current = repo.get_set(set_id, lock=True)
                 for pid, why in lost_parts.items():
                     if pid not in known_lost:
-                        repo.set_snapshot_state(pid, "LOST", why)
+                        repo.set_snapshot_state(pid, S.PART_LOST, why)
                 for node in {n for _c, _p, n in copies if n in lost_nodes}:
                     repo.mark_copies_lost(node, f"node {node} lost ({lost_nodes[node]})")
                 if gone and current.state in S.RESTORABLE:

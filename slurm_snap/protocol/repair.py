@@ -21,37 +21,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from ..clock import utcnow
 from ..errors import SnapError
 from ..jobdir import JobDir
-from . import finalize, owner
+from . import finalize, nodeloss, owner
 from .. import states as S
-from .cutter import VolumeInfo, snapshot_name
+from ..jobrecords import ReleaseRecord, VolumeRecord
+from .cutter import snapshot_name
+from .repairaction import RepairAction
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RepairAction:
-    set_id: int
-    job_id: int
-    old_state: str
-    new_state: str
-    why: str
-    reason: str = ""
-    orphans: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    dry_run: bool = False
-    # False when another process (the set's owner, another repair) ended the
-    # set between this repair's look and its label: new_state and reason are
-    # then what that process left, and this repair changed nothing.
-    acted: bool = True
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def stale_reason(*, owner_token: str, deadline: dt.datetime | None, requested_at: dt.datetime,
@@ -89,8 +70,6 @@ def repair(cfg, inventory, *, older_than: float = 0.0, dry_run: bool = False, cl
     actions = [_repair_one(cfg, inventory, set_id, why, dry_run=dry_run, clock=clock, backend_for=backend_for)
                for set_id, why in todo]
     if node_check:
-        from . import nodeloss
-
         lost, errs = nodeloss.check(cfg, inventory, node_states=node_states, backend_on=backend_on,
                                     dry_run=dry_run, clock=clock)
         actions += lost
@@ -122,9 +101,9 @@ def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, 
     with inventory.session() as repo:
         st = repo.get_set(set_id, lock=True)
         info = {"id": st.id, "job_id": st.job_id, "epoch": st.epoch, "uid": st.job_run.uid}
-        volumes = [VolumeInfo.of(v) for v in repo.volumes(st.job_run)]
+        volumes = [VolumeRecord.of(v) for v in repo.volumes(st.job_run)]
         parts = repo.snapshots(set_id)
-        recorded_cut = {p.volume_id for p in parts if p.state == "CUT"}
+        recorded_cut = {p.volume_id for p in parts if p.state == S.PART_CUT}
         old = st.state
     action = RepairAction(set_id=set_id, job_id=info["job_id"], old_state=old, new_state=old, why=why,
                           dry_run=dry_run)
@@ -184,11 +163,11 @@ def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, 
     if rolled_back:
         with inventory.session() as repo:
             for p in repo.snapshots(set_id):
-                if p.state == "CUT":
-                    repo.set_snapshot_state(p.id, "DELETED")
+                if p.state == S.PART_CUT:
+                    repo.set_snapshot_state(p.id, S.PART_DELETED)
     try:
         dirs = JobDir(cfg.paths.barrier_dir, info["job_id"]).ensure(info["uid"])
-        dirs.write_release(epoch=info["epoch"], set_id=set_id, state=action.new_state, consistency="")
+        dirs.write_release(ReleaseRecord(epoch=info["epoch"], set_id=set_id, state=action.new_state))
     except (OSError, SnapError) as exc:
         action.errors.append(f"cannot write release/{info['epoch']}: {exc}")
     return action

@@ -1,14 +1,7 @@
-"""Where a requeued run resumes from: resume.json's content, computed on the
+"""Where a requeued run resumes from: resume.json's content (a
+jobrecords.ResumeRecord, one ResumeRank per rank), computed on the
 controller for the head node's Prolog (through the service, or in the hook
 on a host with the database).
-
-    {"set_id", "step",
-     "checkpoint": {"live", "snapshot"},           rank 0's (kept for older readers)
-     "ranks": {"<rank>": {"node": where it runs now, "from": where it acknowledged,
-                          "live": its checkpoint's live path,
-                          "checkpoint": that checkpoint inside the snapshot on "node", or null,
-                          "missing": "" or why it is not there}},
-     "missing": ["one line per part the run starts without"]}
 
 A rank's checkpoint on a shared volume is where it always was; one on a
 node-local volume is on its old node's disk, and is brought to its new node
@@ -16,10 +9,20 @@ first (protocol.nodelocal) when the run landed elsewhere.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from .. import states as S
+from ..jobrecords import ResumeRank, ResumeRecord
 from . import nodelocal
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumePoint:
+    """resume.json for a requeued run, and the job's uid to write it for."""
+
+    resume: ResumeRecord
+    uid: int
 
 
 def _part_for(live: str, node: str, parts) -> tuple[object | None, str | None]:
@@ -36,26 +39,26 @@ def _part_for(live: str, node: str, parts) -> tuple[object | None, str | None]:
 
 
 def resume_point(cfg, inventory, job_id: int, *, nodes: list | None = None, restart_count: int | None = None,
-                 budget: float | None = None) -> dict | None:
+                 budget: float | None = None) -> ResumePoint | None:
     with inventory.session() as repo:
         st = repo.newest_set(job_id, consistency=S.APP)
         if st is None:
             return None
-        acks = [a for a in repo.acks(st.id) if a.manifest]
+        acks = [a for a in repo.ack_records(st.id) if a.manifest]
         # A LOST part (its node or disk is gone: protocol.nodeloss) may still
         # have a copy elsewhere to bring over.
-        parts = [p for p in repo.snapshots(st.id) if p.state in ("CUT", "LOST") and p.path]
-        lost_nodes = frozenset(p.node for p in parts if p.state == "LOST")
+        parts = [p for p in repo.snapshots(st.id) if p.state in S.PART_HELD and p.path]
+        lost_nodes = frozenset(p.node for p in parts if p.state == S.PART_LOST)
         if not acks or not parts:
             return None
         uid, old_nodes = st.job_run.uid, list(st.job_run.nodes or [])
         set_id, step = st.id, st.checkpoint_step
         held: dict[int, set[str]] = {}
-        for c in repo.copies(st.id, states=("OK",)):
+        for c in repo.copies(st.id, states=(S.COPY_OK,)):
             held.setdefault(c.snapshot_id, set()).add(c.node)
         per_rank = {}
         for a in acks:
-            paths = [e["path"] for e in a.manifest]
+            paths = [e.path for e in a.manifest]
             live = paths[0] if len(paths) == 1 else os.path.commonpath(paths)
             part, inside = _part_for(live, a.node, parts)
             # Ids, not rows: the rows are not read after the transaction.
@@ -91,7 +94,7 @@ def resume_point(cfg, inventory, job_id: int, *, nodes: list | None = None, rest
                 held.setdefault(c.snapshot_id, set()).add(c.node)
             else:
                 missing.append(nodelocal.describe(c, views[c.snapshot_id].volume_class))
-    ranks = {}
+    ranks = []
     for r, (old, live, part, inside) in sorted(per_rank.items()):
         now = rank_new.get(r) or old
         why = ""
@@ -99,9 +102,8 @@ def resume_point(cfg, inventory, job_id: int, *, nodes: list | None = None, rest
             why = f"no part of set {set_id} holds {live}"
         elif part in views and (now != old or old in lost_nodes) and now not in held.get(part, set()):
             why = f"its {views[part].volume_class} part (cut on {old}) is not on {now}"
-        ranks[str(r)] = {"node": now, "from": old, "live": live, "checkpoint": None if why else inside,
-                         "missing": why}
+        ranks.append(ResumeRank(rank=r, node=now, from_node=old, live=live, checkpoint=None if why else inside,
+                                missing=why))
     first_node, first_live, _p, first_inside = per_rank[first.rank]
-    data = {"set_id": set_id, "step": step, "checkpoint": {"live": first_live, "snapshot": first_inside},
-            "ranks": ranks, "missing": missing}
-    return {"data": data, "uid": uid}
+    return ResumePoint(resume=ResumeRecord(set_id=set_id, step=step, live=first_live, snapshot=first_inside,
+                                           ranks=tuple(ranks), missing=tuple(missing)), uid=uid)

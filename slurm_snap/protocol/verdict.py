@@ -26,29 +26,14 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from .. import states as S
-from ..client.ack import node_barrier_complete
-from ..inventory.records import AckRecord, SnapshotRecord
+from ..inventory.records import SnapshotRecord
+from ..jobrecords import Ack, VolumeRecord
+from .barrier import node_barrier_complete
 
 # A rank's clock may be a little behind the coordinator's: an acknowledgement
 # carrying this set's fresh epoch cannot predate the request except by skew.
 CLOCK_SLACK = dt.timedelta(seconds=1)
 MAX_REASON_ITEMS = 8
-
-
-@dataclass(frozen=True)
-class ExpectedPart:
-    """One volume that must be in the set; volume_id None = declared but never
-    recorded (a node's Prolog did not record its node-local volume)."""
-
-    volume_id: int | None
-    node: str          # "" for shared volumes
-    path: str
-    scope: str
-    volume_class: str = ""
-
-    @property
-    def label(self) -> str:
-        return f"{self.volume_class or self.path}@{self.node}" if self.node else (self.volume_class or self.path)
 
 
 @dataclass(frozen=True)
@@ -92,32 +77,32 @@ class Verdict:
         return self.state == S.COMPLETE
 
 
-def expected_parts(volumes: Iterable, nodes: Sequence[str]) -> list[ExpectedPart]:
+def expected_parts(volumes: Iterable, nodes: Sequence[str]) -> list[VolumeRecord]:
     """Every (volume, node) the set must contain.
 
-    `volumes` are inventory rows (id, path, scope, node, volume_class). A
-    node-local class recorded for some nodes but not for a node of the job is
-    still expected there (volume_id None): a set that silently leaves a node
-    out is exactly the failure users complain about (restic #340).
+    `volumes` are inventory rows or VolumeRecords (id, path, scope, node,
+    volume_class). A node-local class recorded for some nodes but not for a
+    node of the job is still expected there (id None): a set that silently
+    leaves a node out is exactly the failure users complain about (restic #340).
     """
-    out: list[ExpectedPart] = []
+    out: list[VolumeRecord] = []
     local_classes: dict[str, set[str]] = {}
     for v in volumes:
-        out.append(ExpectedPart(v.id, v.node or "", v.path, v.scope, v.volume_class))
+        out.append(VolumeRecord(path=v.path, scope=v.scope, volume_class=v.volume_class, node=v.node or "", id=v.id))
         if v.scope == "node-local":
             local_classes.setdefault(v.volume_class, set()).add(v.node)
     for cls in sorted(local_classes):
         for node in nodes:
             if node not in local_classes[cls]:
-                out.append(ExpectedPart(None, node, "", "node-local", cls))
+                out.append(VolumeRecord(path="", scope="node-local", volume_class=cls, node=node))
     return out
 
 
-def node_barriers(acks: Iterable[AckRecord], complete_nodes: Iterable[str]) -> dict[str, NodeBarrier]:
+def node_barriers(acks: Iterable[Ack], complete_nodes: Iterable[str]) -> dict[str, NodeBarrier]:
     """Per node: completeness (decided by the client's node_barrier_complete,
     passed in) and the times that matter for ordering."""
     done = set(complete_nodes)
-    by_node: dict[str, list[AckRecord]] = {}
+    by_node: dict[str, list[Ack]] = {}
     for a in acks:
         by_node.setdefault(a.node, []).append(a)
     out = {}
@@ -154,7 +139,7 @@ def _list(items: Sequence[str]) -> str:
 
 
 def barrier_problems(*, nodes: Sequence[str], barriers: Mapping[str, NodeBarrier],
-                     parts: Sequence[ExpectedPart], outcomes: Mapping[int, SnapshotRecord],
+                     parts: Sequence[VolumeRecord], outcomes: Mapping[int, SnapshotRecord],
                      requested_at: dt.datetime) -> tuple[list[str], list[str]]:
     """(problems, nodes at fault) of the barrier rule; empty when it holds."""
     problems: list[str] = []
@@ -176,7 +161,7 @@ def barrier_problems(*, nodes: Sequence[str], barriers: Mapping[str, NodeBarrier
     # each of those nodes' barriers must have been seen before that cut began.
     late: set[str] = set()
     for p in parts:
-        o = outcomes.get(p.volume_id) if p.volume_id is not None else None
+        o = outcomes.get(p.id) if p.id is not None else None
         if o is None or not o.ok or o.cut_started_at is None:
             continue
         writers = [p.node] if p.scope == "node-local" else list(nodes)
@@ -191,14 +176,14 @@ def barrier_problems(*, nodes: Sequence[str], barriers: Mapping[str, NodeBarrier
     return problems, bad_nodes
 
 
-def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
+def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[VolumeRecord],
            outcomes: Mapping[int, SnapshotRecord], barriers: Mapping[str, NodeBarrier],
            requested_at: dt.datetime, allow_crash: bool, extra_reasons: Sequence[str] = (),
-           outside: Sequence[str] = (), acks: Sequence[AckRecord]) -> Verdict:
+           outside: Sequence[str] = (), acks: Sequence[Ack]) -> Verdict:
     """The label of a set whose cut phase is over (nothing more will be cut)."""
     cut_ok, missing = [], []
     for p in parts:
-        o = outcomes.get(p.volume_id) if p.volume_id is not None else None
+        o = outcomes.get(p.id) if p.id is not None else None
         (cut_ok if o is not None and o.ok else missing).append(p)
     sk = skew(outcomes.values())
     reasons = list(extra_reasons)
@@ -206,8 +191,8 @@ def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
     if missing:
         details = []
         for p in missing:
-            o = outcomes.get(p.volume_id) if p.volume_id is not None else None
-            if p.volume_id is None:
+            o = outcomes.get(p.id) if p.id is not None else None
+            if p.id is None:
                 details.append(f"{p.label} (never recorded by the node's Prolog)")
             elif o is not None and o.failure:
                 details.append(f"{p.label} ({o.failure})")
@@ -218,9 +203,9 @@ def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[ExpectedPart],
             reasons.insert(1, f"nodes without a complete cut: {_list(sorted(failed_nodes))}")
 
     # Manifests: every file a rank acknowledged must be in the set.
-    manifest_bad = [p.label + (f": {outcomes[p.volume_id].manifest_why}" if outcomes[p.volume_id].manifest_why else "")
-                    for p in cut_ok if outcomes[p.volume_id].manifest_ok is False]
-    manifest_unknown = [p.label for p in cut_ok if outcomes[p.volume_id].manifest_ok is None]
+    manifest_bad = [p.label + (f": {outcomes[p.id].manifest_why}" if outcomes[p.id].manifest_why else "")
+                    for p in cut_ok if outcomes[p.id].manifest_ok is False]
+    manifest_unknown = [p.label for p in cut_ok if outcomes[p.id].manifest_ok is None]
     manifest_ok = None if manifest_unknown and not manifest_bad else not manifest_bad
     if not cut_ok:
         manifest_ok = None
@@ -276,7 +261,7 @@ def _ranks(ranks: Iterable[int]) -> str:
     return _list([str(r) for r in sorted(ranks)])
 
 
-def lockstep_problems(acks: Sequence[AckRecord]) -> list[str]:
+def lockstep_problems(acks: Sequence[Ack]) -> list[str]:
     """Why the ranks' acknowledgements are not one point of a lockstep job.
 
     Presence is not coherence: a data-parallel job's ranks hold one model, so
@@ -319,15 +304,15 @@ def outside_problem(outside: Sequence[str]) -> list[str]:
     return [f"checkpoint files outside every declared volume: {_list(list(outside))}"]
 
 
-def judge(*, wanted: str, volumes: Sequence, nodes: Sequence[str], acks: Sequence[AckRecord],
+def judge(*, wanted: str, volumes: Sequence, nodes: Sequence[str], acks: Sequence[Ack],
           parts: Iterable[SnapshotRecord], requested_at: dt.datetime, allow_crash: bool,
           outside: Sequence[str] = (), extra_reasons: Sequence[str] = ()) -> Verdict:
     """The verdict from facts alone: the coordinator (what it saw), the
     preemption Epilog and repair (what the inventory holds) all call this.
 
-    `volumes` are the job's declared volumes (inventory rows or VolumeInfo),
+    `volumes` are the job's declared volumes (inventory rows or VolumeRecords),
     `outside` the acknowledged files that lie in none of them."""
-    by_node: dict[str, list[AckRecord]] = {}
+    by_node: dict[str, list[Ack]] = {}
     for a in acks:
         by_node.setdefault(a.node, []).append(a)
     complete = [n for n, items in by_node.items() if node_barrier_complete(items)]

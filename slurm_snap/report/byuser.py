@@ -12,7 +12,7 @@ from typing import Any
 
 from .columns import RIGHT, Column
 from .rows import SetRow
-from .slurmtime import format_elapsed
+from ..slurm.slurmtime import format_elapsed
 
 
 @dataclass

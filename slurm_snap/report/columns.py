@@ -17,7 +17,7 @@ from typing import Callable
 from ..errors import BadValueError
 from ..slurm.hostlist import compress
 from .rows import Env, SetRow
-from .slurmtime import format_elapsed, format_time
+from ..slurm.slurmtime import format_elapsed, format_time
 
 LEFT, RIGHT = "left", "right"
 

@@ -10,7 +10,7 @@ import datetime as dt
 from typing import Any
 
 from .rows import PHASE_TIMES, SetRow, seconds
-from .slurmtime import iso_utc
+from ..slurm.slurmtime import iso_utc
 
 VERSION = 1
 

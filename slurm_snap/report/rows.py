@@ -10,6 +10,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .. import states as S
+
 
 @dataclass(frozen=True)
 class Env:
@@ -64,7 +66,7 @@ class SetRow:
     def survives_node_loss(self) -> bool | None:
         """Every node-local part cut has a complete copy on another node;
         None when the set has no node-local part (or its parts were not loaded)."""
-        local = [s for s in self.snaps if s["scope"] == "node-local" and s["state"] in ("CUT", "LOST")]
+        local = [s for s in self.snaps if s["scope"] == "node-local" and s["state"] in S.PART_HELD]
         if not local:
             return None
         return all((s.get("copies_elsewhere") or 0) > 0 for s in local)

@@ -21,7 +21,7 @@ from ..errors import BadValueError, PermissionDenied
 from ..inventory.repository import SetFilter
 from .. import states as S
 from ..slurm.jobenv import MAX_ID
-from .slurmtime import parse_time
+from ..slurm.slurmtime import parse_time
 
 
 @dataclass(frozen=True)

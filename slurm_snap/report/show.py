@@ -4,9 +4,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Sequence
 
+from .. import states as S
+
 from .rows import PHASE_TIMES, seconds
 from .jsonout import envelope
-from .slurmtime import iso_utc
+from ..slurm.slurmtime import iso_utc
 from .timeline import timeline
 
 _PHASE_LABELS = {"requested": "requested", "signalled": "signalled", "barrier": "barrier", "released": "released",
@@ -44,7 +46,7 @@ def ranks(values: Sequence[int]) -> str:
 
 def cut_count(snaps) -> int:
     """Parts that were cut: a MISSING part is the record of a volume that was not."""
-    return sum(1 for s in snaps if s.state != "MISSING")
+    return sum(1 for s in snaps if s.state != S.PART_MISSING)
 
 
 def _ok(v) -> str:
@@ -70,12 +72,13 @@ def _refusal_docs(refused: Sequence) -> list[dict]:
 def survives_node_loss(st, copies: Sequence) -> bool | None:
     """Does every node-local part of the set have a complete copy on a second
     node, so that losing any one node loses no part? None: no node-local part."""
-    local = [s for s in st.snapshots if s.state == "CUT" and s.volume is not None and s.volume.scope == "node-local"]
+    local = [s for s in st.snapshots
+             if s.state == S.PART_CUT and s.volume is not None and s.volume.scope == "node-local"]
     if not local:
         return None
     node_of = {s.id: s.node for s in local}
     elsewhere = {c.snapshot_id for c in copies
-                 if c.state == "OK" and c.snapshot_id in node_of and c.node != node_of[c.snapshot_id]}
+                 if c.state == S.COPY_OK and c.snapshot_id in node_of and c.node != node_of[c.snapshot_id]}
     return all(s.id in elsewhere for s in local)
 
 

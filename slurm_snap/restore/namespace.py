@@ -2,21 +2,22 @@
 
     <restore_root>/<set>-<test>/            root-owned 0755: the user cannot rename or
                                             replace the clones (cleanup runs as root)
-        drill.json                          what was (or is being) cloned, by whom (host, pid)
+        drill.json                          the crash journal (journal.py): what was (or
+                                            is being) cloned, by whom (host, pid)
         <class>[@<node>]/                   one writable clone per snapshot of the set
         .marker/                            owned by the job's user, 0700: marker file,
                                             --submit job script, spec and result
 
-drill.json is written before each clone is attempted, so a drill killed at
+The journal is written before each clone is attempted, so a drill killed at
 any point leaves a record from which a later run removes every clone it may
 have made (`cleanup_namespace`); the clone verbs are idempotent in that
 direction (a missing clone is fine). A drill placed on other nodes also lists
-each clone's node ("on") and the copies of node-local parts it brought there
-("copies"), removed on their node after the clones.
+each clone's node (`Clone.on`) and the copies of node-local parts it brought
+there (`Journal.copies`), removed on their node after the clones
+(`remove_drill`, which also marks them deleted in the inventory).
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -25,11 +26,12 @@ import stat
 from ..backends.base import Backend, SnapshotRef
 from ..backends.transport import LocalTransport
 from ..errors import BackendError, BadValueError, Unsupported
-from ..fsio import is_temporary, write_json
+from ..fsio import is_temporary
 from ..paths import open_dirs_nofollow
+from . import journal as journal_mod
+from .journal import Clone
 from .parts import BackendFor
 
-STATE_FILE = "drill.json"
 ALT_PREFIX = ".slurm-snap-restore-"
 MARKER_DIR = ".marker"
 MARKER_FILE = "first-step"
@@ -45,18 +47,6 @@ def clone_name(volume_class: str, node: str, multi_node: bool) -> str:
 
 def this_host() -> str:
     return socket.gethostname()
-
-
-def read_state(ns: str) -> dict | None:
-    try:
-        with open(os.path.join(ns, STATE_FILE), "rb") as f:
-            return json.loads(f.read())
-    except (OSError, ValueError):
-        return None
-
-
-def write_state(ns: str, state: dict) -> None:
-    write_json(os.path.join(ns, STATE_FILE), state, mode=0o644, durable=True, nofollow=True)
 
 
 def make_namespace(base: str, ns: str, uid: int, gid: int, *, base_must_be_ours: bool = False) -> str:
@@ -131,46 +121,46 @@ def alt_namespace(snapshot_ref: str, ns: str) -> str:
     return os.path.join(os.path.dirname(snapshot_ref.rstrip("/")), f"{ALT_PREFIX}{os.path.basename(ns.rstrip('/'))}")
 
 
-def copy_error_prefix(entry: dict) -> str:
-    """How cleanup_namespace starts the error about a copy it could not delete."""
-    return f"copy {entry.get('ref')} on {entry.get('on')}:"
-
-
 def cleanup_namespace(ns: str, backend_for_clone, backend_on=None) -> list[str]:
-    """Remove every clone drill.json lists, then the copies it brought, then the namespace(s).
+    """Remove every clone the journal lists, then the copies it brought, then the namespace(s).
     Returns errors (empty = clean).
 
-    `backend_for_clone(entry)` builds the backend of one drill.json clone entry;
+    `backend_for_clone(clone)` builds the backend of one journal Clone;
     `backend_on(class, node)` a node-local class's backend on a node, for the copies.
     """
     errors: list[str] = []
-    state = read_state(ns) or {}
-    allowed = {ns.rstrip("/"), *(a.rstrip("/") for a in state.get("namespaces", []))}
+    try:
+        journal = journal_mod.read(ns)
+    except BadValueError as exc:  # not one a drill wrote: remove nothing it names
+        return [f"{ns}: {exc}"]
+    clones = journal.clones if journal else ()
+    copies = journal.copies if journal else ()
+    allowed = {ns.rstrip("/"), *(a.rstrip("/") for a in (journal.namespaces if journal else ()))}
     # Keyed by host too: node-local volumes at the same path on several nodes
     # have their alternative namespaces at the same path on each node.
     alt_backend: dict[tuple[str, str], tuple[str, Backend]] = {}
-    for entry in state.get("clones", []):
-        where = entry.get("ns", ns).rstrip("/")
+    for clone in clones:
+        where = clone.ns.rstrip("/")
         try:
             if where not in allowed:
-                raise BadValueError(what="clone namespace", value=where, why="not listed in drill.json")
-            backend = backend_for_clone(entry)
-            remove_clone(backend, entry["path"], where)
+                raise BadValueError(what="clone namespace", value=where, why=f"not listed in {journal_mod.FILE}")
+            backend = backend_for_clone(clone)
+            remove_clone(backend, clone.path, where)
             if where != ns.rstrip("/"):
                 alt_backend.setdefault((where, backend.transport.where), (where, backend))
         except Exception as exc:  # keep going: one stuck clone must not leave the others
-            errors.append(f"{entry.get('path')}: {exc}")
-    for entry in state.get("copies", []):
+            errors.append(f"{clone.path}: {exc}")
+    for copy in copies:
         # A copy is a received snapshot at its original's path on another
         # node; deleting it there is deleting a snapshot, through the backend.
         try:
             if backend_on is None:
-                raise BadValueError(what="drill copies", value=entry.get("ref"), why="no backend to remove them with")
-            ref = SnapshotRef(backend=entry["backend"], volume=entry["volume"], name=entry["name"], ref=entry["ref"],
-                              path=entry.get("path") or None)
-            backend_on(entry["class"], entry["on"]).delete(ref)
+                raise BadValueError(what="drill copies", value=copy.ref, why="no backend to remove them with")
+            ref = SnapshotRef(backend=copy.backend, volume=copy.volume, name=copy.name, ref=copy.ref,
+                              path=copy.path or None)
+            backend_on(copy.volume_class, copy.on).delete(ref)
         except Exception as exc:
-            errors.append(f"{copy_error_prefix(entry)} {exc}")
+            errors.append(f"{copy.error_prefix()} {exc}")
     for alt, backend in alt_backend.values():
         try:
             _remove_empty_dir(backend, alt)
@@ -180,11 +170,11 @@ def cleanup_namespace(ns: str, backend_for_clone, backend_on=None) -> list[str]:
         return errors
     try:
         # Only our own files remain: the marker dir (user-owned content, no
-        # mounts, no subvolumes) and drill.json.
+        # mounts, no subvolumes) and the journal.
         marker_dir = os.path.join(ns, MARKER_DIR)
         if os.path.lexists(marker_dir):
             shutil.rmtree(marker_dir)
-        ours = [n for n in os.listdir(ns) if n == STATE_FILE or is_temporary(n, STATE_FILE)]
+        ours = [n for n in os.listdir(ns) if n == journal_mod.FILE or is_temporary(n, journal_mod.FILE)]
         leftovers = [n for n in os.listdir(ns) if n not in ours]
         if leftovers:
             return [f"{ns}: not removed, unexpected entries {sorted(leftovers)}"]
@@ -220,16 +210,34 @@ def pid_alive(pid: int) -> bool:
 
 def resolver_for_entries(backend_for: BackendFor, rows_by_id: dict, backend_on=None):
     """backend_for_clone for cleanup_namespace, from the inventory's snapshot
-    rows; a clone made on another node than its snapshot's ("on") through
+    rows; a clone made on another node than its snapshot's (`Clone.on`) through
     `backend_on(class, node)`."""
-    def resolve(entry: dict) -> Backend:
-        if entry.get("on"):
+    def resolve(clone: Clone) -> Backend:
+        if clone.on:
             if backend_on is None:
-                raise BadValueError(what="clone node", value=entry["on"], why="no backend for other nodes")
-            return backend_on(entry["class"], entry["on"])
-        row = rows_by_id.get(entry.get("snapshot_id"))
+                raise BadValueError(what="clone node", value=clone.on, why="no backend for other nodes")
+            return backend_on(clone.volume_class, clone.on)
+        row = rows_by_id.get(clone.snapshot_id)
         if row is None:
-            raise BadValueError(what="snapshot id", value=entry.get("snapshot_id"),
-                                why="listed in drill.json but not in the inventory")
+            raise BadValueError(what="snapshot id", value=clone.snapshot_id,
+                                why=f"listed in {journal_mod.FILE} but not in the inventory")
         return backend_for(row)
     return resolve
+
+
+def remove_drill(inventory, ns: str, snapshots, backend_for: BackendFor, backend_on) -> list[str]:
+    """Remove a drill's clones and the copies it brought, each on its node;
+    the copies removed no longer count as held (part_copy DELETED). Returns
+    errors (empty = clean)."""
+    try:
+        journal = journal_mod.read(ns)
+    except BadValueError:
+        journal = None   # cleanup_namespace says why and removes nothing
+    errs = cleanup_namespace(ns, resolver_for_entries(backend_for, {s.id: s for s in snapshots}, backend_on),
+                             backend_on)
+    if journal is not None and journal.copies:
+        with inventory.session() as repo:
+            for c in journal.copies:
+                if not any(e.startswith(c.error_prefix()) for e in errs):
+                    repo.mark_copy_deleted(journal.set_id, node=c.on, ref=c.ref, purpose="drill")
+    return errs

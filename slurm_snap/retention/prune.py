@@ -83,7 +83,7 @@ class Pruner:
         with self.inv.session() as repo:
             snaps = repo.snapshots(set_id)
             copies = [(c.id, c.snapshot.volume.volume_class, c.node, c.snapshot.backend, c.snapshot.volume.path,
-                       c.snapshot.name, c.ref, c.path) for c in repo.copies(set_id, states=("OK",))]
+                       c.snapshot.name, c.ref, c.path) for c in repo.copies(set_id, states=(S.COPY_OK,))]
         failures = []
         for copy in copies:
             try:
@@ -91,10 +91,10 @@ class Pruner:
             except errors.SnapError as exc:
                 failures.append(f"copy {copy[6]} on {copy[2]}: {exc}")
         for snap in snaps:
-            if snap.state == "LOST":
+            if snap.state == S.PART_LOST:
                 # Gone with its node or disk (repair): nothing to ask a backend.
                 with self.inv.session() as repo:
-                    repo.set_snapshot_state(snap.id, "DELETED", error=f"lost before prune: {snap.error}"[:4000])
+                    repo.set_snapshot_state(snap.id, S.PART_DELETED, error=f"lost before prune: {snap.error}"[:4000])
                 continue
             try:
                 self._delete_snapshot(set_id, snap)
@@ -119,7 +119,7 @@ class Pruner:
             raise errors.ConfigError(path="prune", key="copies", why="no backend for copies on other nodes")
         self.copy_backend(vclass, node).delete(SnapshotRef(backend, volume, name, ref, path or None))
         with self.inv.session() as repo:
-            repo.set_copy_state(copy_id, "DELETED")
+            repo.set_copy_state(copy_id, S.COPY_DELETED)
 
     def _delete_snapshot(self, set_id: int, snap) -> None:
         with self.inv.session() as repo:
@@ -128,5 +128,5 @@ class Pruner:
             # False (already gone) is fine: deleting is idempotent by contract.
             self.backend_for(snap).delete(ref_from_row(snap))
         with self.inv.session() as repo:
-            repo.set_snapshot_state(snap.id, "DELETED",
+            repo.set_snapshot_state(snap.id, S.PART_DELETED,
                                     error="" if not shared else f"kept: still used by {shared} other set(s)")

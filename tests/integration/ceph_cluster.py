@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
-from loopfs import which
+from testkit.loopfs import which
 from realcomponents import require
 
 FS_NAME = "sstest"

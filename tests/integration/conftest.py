@@ -19,7 +19,8 @@ import pytest
 # Test modules import the helpers as `cluster`, whatever pytest's import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster import Cluster, default_inventory, new_state_dir, remove_state_dir, start_cluster  # noqa: E402
+from cluster import default_inventory, new_state_dir, remove_state_dir, start_cluster  # noqa: E402
+from testkit.cluster import Cluster  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):

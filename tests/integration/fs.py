@@ -18,9 +18,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-import loopfs
+from testkit import loopfs
 import pytest
-from loopfs import SBIN, LoopFs, which  # noqa: F401  (re-exported for the tests)
+from testkit.loopfs import SBIN, LoopFs, which  # noqa: F401  (re-exported for the tests)
 # One rule for every real component: fail under CI, skip locally (re-exported for the tests).
 from realcomponents import require  # noqa: F401
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster import (REPO, Cluster, ClusterError, loops_backed_by, mounts_under, namespace_inodes, netns_named,
-                     new_state_dir, pid_alive, processes_in, processes_using, remove_state_dir, root_links_named,
-                     run_dev_cluster, start_cluster)
+from cluster import (loops_backed_by, mounts_under, namespace_inodes, netns_named, new_state_dir, pid_alive,
+                     processes_in, processes_using, remove_state_dir, root_links_named, start_cluster)
+from testkit.cluster import REPO, Cluster, ClusterError, layout, run_dev_cluster
 from slurm_snap.slurm import hooknames
 
 pytestmark = pytest.mark.integration
@@ -69,7 +69,7 @@ def test_filesystems_are_set_up_in_the_machine_room(cluster):
         assert mounts[str(cluster.disk(node, "scratch"))][0] == "btrfs"
         assert mounts[str(cluster.disk(node, "xscratch"))][0] == "xfs"
     assert mounts[str(cluster.pfs)][0] == "btrfs"
-    assert mounts[str(cluster.state / "mnt" / "xfs")][0] == "xfs"
+    assert mounts[str(cluster.xfs)][0] == "xfs"
     devices = [mounts[str(cluster.disk(n, fs))][1] for n in cluster.nodes for fs in ("scratch", "xscratch")]
     assert len(set(devices)) == 6, devices  # every node's disks are its own
     barriers = cluster.pfs / ".slurm-snap" / "barriers"
@@ -439,10 +439,10 @@ def test_a_cluster_that_failed_half_way_up_comes_down_cleanly(cluster):
         (state / "build").write_text("not a directory\n")
         proc = run_dev_cluster("up", state, "--inventory", "postgres", timeout=600)
         assert proc.returncode != 0 and "building the SPANK plugin failed" in proc.stderr, proc.stderr[-2000:]
-        assert not (state / "env").exists()   # up never got that far: names derived as dev-cluster does
-        tag = "ss" + hashlib.sha256(str(state).encode()).hexdigest()[:6]
-        half = Cluster(state=state, env={"SLURM_SNAP_NETNS_TAG": tag, "SLURM_SNAP_NS_DIR": str(state / "ns"),
-                                         "SLURM_SNAP_HOSTS": "ctl,n1,n2,n3,login"})
+        assert not (state / "env").exists()   # up never got that far: dev-cluster still names its layout
+        half = Cluster(state=state, env=layout(state))
+        tag = half.env["SLURM_SNAP_NETNS_TAG"]
+        assert tag == "ss" + hashlib.sha256(str(state).encode()).hexdigest()[:6]
         inodes = namespace_inodes(half)
         pids = {str(p.relative_to(state / "hosts")): int(p.read_text().split()[0])
                 for p in list(state.glob("hosts/*/run/*.pid")) + list(state.glob("hosts/ctl/pg/data/postmaster.pid"))}

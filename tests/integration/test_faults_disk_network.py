@@ -23,7 +23,8 @@ import pytest
 
 from slurm_snap import errors
 from slurm_snap.cli import main
-from slurm_snap.inventory.repository import Inventory, VolumeSpec
+from slurm_snap.inventory.repository import Inventory
+from slurm_snap.jobrecords import VolumeRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from protocol_fixtures import make_env, to_toml  # noqa: E402
@@ -70,7 +71,7 @@ def record(inv, job_id: int, nvol: int = 3, payload: str = "") -> None:
     with inv.session() as repo:
         run = repo.record_job_run(job_id=job_id, restart_count=0, user_name="root", uid=0, nodes=["n1", "n2"],
                                   options={"volumes": ["scratch"], "note": payload})
-        repo.add_volumes(run, [VolumeSpec(path=f"/s/n{i}/jobs/{job_id}", scope="node-local", volume_class="scratch",
+        repo.add_volumes(run, [VolumeRecord(path=f"/s/n{i}/jobs/{job_id}", scope="node-local", volume_class="scratch",
                                           backend="btrfs", node=f"n{i}") for i in range(nvol)])
         repo.event("hook", f"recorded job {job_id}", job_id=job_id)
 

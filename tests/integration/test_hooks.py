@@ -206,18 +206,18 @@ def _slurm_config_on_ctl(slurm_conf: str):
 
 def test_doctor_detects_missing_user_signal_in_real_config(cluster):
     """The same check on the running Slurm's own output, with the setting taken out."""
-    from slurm_snap import doctor
+    from slurm_snap.doctor import slurm_checks
     from slurm_snap.slurm.version import SlurmVersion
 
     conf, parts = cluster.on("ctl", _slurm_config_on_ctl, cluster.slurm_conf)
     cfg = _cfg(cluster)
-    assert all(f.ok for f in doctor.check_slurm(cfg, conf, parts, "required /x/slurm_snap.so"))
+    assert all(f.ok for f in slurm_checks.check_slurm(cfg, conf, parts, "required /x/slurm_snap.so"))
     # The running version's spelling (22.05: SlurmctldParameters, 24.11: PreemptParameters).
     key, value = SlurmVersion.parse(conf["SLURM_VERSION"]).preempt_signal_setting
     assert value in conf[key]
     conf[key] = conf[key].replace(value, "")
     conf["PrologFlags"] = "(null)"
-    bad = [f for f in doctor.check_slurm(cfg, conf, parts, "") if not f.ok]
+    bad = [f for f in slurm_checks.check_slurm(cfg, conf, parts, "") if not f.ok]
     whats = " | ".join(f.what for f in bad)
     assert "user's signal is sent at preemption" in whats and "PrologFlags" in whats and "plugstack" in whats
     assert any(f"{key}={value}" in f.fix for f in bad)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cluster import TERMINAL_STATES
+from testkit.cluster import TERMINAL_STATES
 from test_lockstep_cluster import _text
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,7 +32,7 @@ WORKER = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, os.path.join(sys.argv[1], "tests"))
-from doubles import register_test_backends
+from testkit.doubles import register_test_backends
 register_test_backends()
 from slurm_snap.cli import main
 from slurm_snap import access, config

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 pytestmark = pytest.mark.integration
 

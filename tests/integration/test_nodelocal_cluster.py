@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 pytestmark = pytest.mark.integration
 
@@ -218,8 +218,8 @@ def test_with_partner_copies_a_destroyed_disk_loses_no_set_and_the_run_resumes(c
         # old[1]'s disk dies: every snapshot on it is gone, and Slurm has the node drained for it.
         snapdir = cluster.disk(old[1]) / "jobs" / ".snapshots"
         for snap in sorted(snapdir.iterdir()):
-            cluster.run(["/usr/bin/btrfs", "subvolume", "delete", str(cluster.state / "mnt" / "scratch" / "jobs" /
-                                                                      ".snapshots" / snap.name)],
+            cluster.run(["/usr/bin/btrfs", "subvolume", "delete", str(cluster.scratch / "jobs" / ".snapshots" /
+                                                                      snap.name)],
                         host=old[1], timeout=60, check=True)
         _scontrol(cluster, "update", f"nodename={old[1]}", "state=drain", "reason=disk failure")
         _scontrol(cluster, "update", f"nodename={old[0]}", "state=drain", "reason=maintenance")

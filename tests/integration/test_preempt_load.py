@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from inventory_helpers import restore_tests, sets_of_job
+from testkit.inventory_helpers import restore_tests, sets_of_job
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,8 @@ import fs as realfs
 from slurm_snap import access, config as config_mod
 from slurm_snap.backends import factory
 from slurm_snap.client import Checkpointer
-from slurm_snap.inventory.repository import Inventory, VolumeSpec
+from slurm_snap.inventory.repository import Inventory
+from slurm_snap.jobrecords import VolumeRecord
 from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Coordinator
 from slurm_snap.protocol.cutter import snapshot_name
@@ -62,10 +63,10 @@ def env(request, tmp_path):
         p = classes[0].job_path(n, JOB)
         make_volume(kind, p)
         paths[n] = p
-        specs.append(VolumeSpec(path=p, scope="node-local", volume_class="scratch", backend=kind, node=n))
+        specs.append(VolumeRecord(path=p, scope="node-local", volume_class="scratch", backend=kind, node=n))
     shared = classes[1].job_path(None, JOB)
     make_volume(kind, shared)
-    specs.append(VolumeSpec(path=shared, scope="shared", volume_class="pfs", backend=kind))
+    specs.append(VolumeRecord(path=shared, scope="shared", volume_class="pfs", backend=kind))
     with inv.session() as repo:
         run = repo.record_job_run(job_id=JOB, restart_count=0, user_name="root", uid=0, nodes=list(NODES))
         repo.add_volumes(run, specs, prepared=True)

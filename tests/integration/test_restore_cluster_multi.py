@@ -23,7 +23,8 @@ import pytest
 from slurm_snap import config as config_mod
 from slurm_snap.access import Caller
 from slurm_snap.backends import factory
-from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
+from slurm_snap.inventory.repository import Inventory, SnapshotRecord
+from slurm_snap.jobrecords import VolumeRecord
 from slurm_snap import states as S
 from slurm_snap.restore.drill import Drill
 
@@ -66,7 +67,7 @@ def _record_and_cut(config: str, job_id: int, owner_name: str, resume_cmd: str, 
         with inv.session() as repo:
             run = repo.record_job_run(job_id=job_id, restart_count=0, user_name=owner.pw_name, uid=owner.pw_uid,
                                       nodes=["n1", "n2"], options={"resume_cmd": resume_cmd})
-            vols = repo.add_volumes(run, [VolumeSpec(path=live, scope=vc.scope, volume_class=vc.name,
+            vols = repo.add_volumes(run, [VolumeRecord(path=live, scope=vc.scope, volume_class=vc.name,
                                                      backend=vc.backend, node=node or "")
                                           for (vc, node), live in zip(parts, lives)])
             st, _ = repo.create_set(run, epoch="e1", trigger="manual")

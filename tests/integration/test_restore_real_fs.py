@@ -21,7 +21,8 @@ from realcomponents import venv_python
 from slurm_snap import config as config_mod
 from slurm_snap.access import Caller
 from slurm_snap.backends import factory
-from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
+from slurm_snap.inventory.repository import Inventory, SnapshotRecord
+from slurm_snap.jobrecords import VolumeRecord
 from slurm_snap import states as S
 from slurm_snap.restore.drill import Drill
 from slurm_snap.restore.parts import backend_resolver
@@ -101,7 +102,7 @@ def env(request, tmp_path):
     with inv.session() as repo:
         run = repo.record_job_run(job_id=42, restart_count=0, user_name="nobody", uid=nobody.pw_uid,
                                   options={"resume_cmd": f"{PYTHON} {program}"})
-        (vol,) = repo.add_volumes(run, [VolumeSpec(path=live, scope="shared", volume_class="scratch",
+        (vol,) = repo.add_volumes(run, [VolumeRecord(path=live, scope="shared", volume_class="scratch",
                                                    backend=kind)])
     yield cfg, inv, backend, live, vol.id, (fsys.mountpoint if cross else None)
     inv.dispose()

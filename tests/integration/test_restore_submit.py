@@ -17,9 +17,10 @@ import pytest
 from slurm_snap import config as config_mod
 from slurm_snap.backends import factory
 from slurm_snap.cli import main
-from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
+from slurm_snap.inventory.repository import Inventory, SnapshotRecord
+from slurm_snap.jobrecords import VolumeRecord
 from slurm_snap import states as S
-from inventory_helpers import restore_tests
+from testkit.inventory_helpers import restore_tests
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +68,7 @@ def drillable_set(cluster, offset: int):
         with inv.session() as repo:
             run = repo.record_job_run(job_id=job_id, restart_count=0, user_name=owner.pw_name, uid=owner.pw_uid,
                                       options={"resume_cmd": f"{cluster.python} {program} {seen}"})
-            (vol,) = repo.add_volumes(run, [VolumeSpec(path=live, scope="shared", volume_class="pfs",
+            (vol,) = repo.add_volumes(run, [VolumeRecord(path=live, scope="shared", volume_class="pfs",
                                                        backend="btrfs")])
             st, _ = repo.create_set(run, epoch="e1", trigger="manual")
             set_id = st.id

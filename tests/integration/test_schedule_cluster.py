@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from cluster import REPO
+from testkit.cluster import REPO
 
 pytestmark = pytest.mark.integration
 

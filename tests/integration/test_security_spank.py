@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from cluster import Cluster, user_ids
+from testkit.cluster import Cluster, user_ids
 
 pytestmark = pytest.mark.integration
 

@@ -54,6 +54,7 @@ def users():
 def area(users):
     """A world-traversable temp dir (pytest's tmp_path is 0700 root) with two jobs' barrier dirs."""
     from slurm_snap.jobdir import JobDir
+    from slurm_snap.jobrecords import JobRecord
     d = Path(tempfile.mkdtemp(prefix="slurm-snap-sec-", dir="/var/tmp"))
     d.chmod(0o755)
     barriers = d / "barriers"
@@ -61,7 +62,7 @@ def area(users):
     for job_id, who in ((101, "owner"), (202, "other")):
         uid, gid = users[who]
         jd = JobDir(str(barriers), job_id).prepare(uid, gid)
-        jd.write_job({"job_id": job_id, "user": who})
+        jd.write_job(JobRecord(job_id=job_id, user=who))
         jobs[job_id] = Path(jd.path)
     try:
         yield d, jobs
@@ -103,9 +104,9 @@ DENIED = {f"errno:{errno.EACCES}", f"errno:{errno.EPERM}"}
 
 
 def ack_bytes(job_id: int, node="n1", rank=0, epoch="sepoch1") -> bytes:
-    from slurm_snap.client.ack import build_ack
-    return build_ack(job_id=str(job_id), epoch=epoch, node=node, rank=rank, local_rank=0, local_size=1, step=1,
-                     written_at=dt.datetime.now(dt.timezone.utc), manifest=())
+    from slurm_snap.jobrecords import Ack
+    return Ack(job_id=str(job_id), epoch=epoch, node=node, rank=rank, local_rank=0, local_size=1, step=1,
+               written_at=dt.datetime.now(dt.timezone.utc), manifest=()).to_bytes()
 
 
 def write(path: Path, data: bytes = b"x"):
@@ -200,13 +201,14 @@ backend = "btrfs"
     cfg.chmod(0o644)
     from slurm_snap import config
     from slurm_snap.hooks.policy import run_hook
-    from slurm_snap.inventory.repository import Inventory, VolumeSpec
+    from slurm_snap.inventory.repository import Inventory
+    from slurm_snap.jobrecords import VolumeRecord
     inv = Inventory(f"sqlite:///{d}/db/inventory.db")
     inv.upgrade()
     with inv.session() as repo:
         run = repo.record_job_run(job_id=101, restart_count=0, user_name="snapuser", uid=users["owner"][0],
                                   nodes=["n1"])
-        repo.add_volumes(run, [VolumeSpec(path=f"{d}/root/pfs/jobs/101", scope="shared", volume_class="pfs",
+        repo.add_volumes(run, [VolumeRecord(path=f"{d}/root/pfs/jobs/101", scope="shared", volume_class="pfs",
                                           backend="btrfs")])
         repo.event("hook", "secret-ish: job 101 of snapuser", job_id=101)
     run_hook("prolog", lambda: "recorded", cfg=config.load(str(cfg)), job_id=101)

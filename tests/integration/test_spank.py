@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import REPO, Cluster, unavailable, user_ids
+from cluster import unavailable
+from testkit.cluster import REPO, Cluster, user_ids
 
 pytestmark = pytest.mark.integration
 

@@ -160,7 +160,7 @@ def test_older_controller_under_upgraded_nodes_refuses_the_newer_schema_and_fail
     # The controller goes back to the old version: its service and its slurmctld hooks.
     _defaults(c, ["ctl"], helper)
     listen = re.search(r'^listen = "(.*)"$', (c.host_dir("ctl") / "etc" / "slurm-snap.toml").read_text(), re.M)
-    subprocess.run(c.host_argv("ctl") + ["/usr/bin/setsid", "-f", "/usr/bin/env", "-i", "PATH=/usr/bin:/bin",
+    subprocess.run(c.exec_argv("ctl") + ["/usr/bin/setsid", "-f",
                                          str(helper), "--config", c.config, "serve", "--listen", listen.group(1),
                                          "--pidfile", str(Path(c.config).parent.parent / "run" /
                                                           "slurm-snap-serve.pid")],

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster import Cluster, default_inventory, new_state_dir, remove_state_dir, start_cluster
-from inventory_helpers import sets_of_job
-from loopfs import which
+from cluster import default_inventory, new_state_dir, remove_state_dir, start_cluster
+from testkit.cluster import Cluster
+from testkit.inventory_helpers import sets_of_job
+from testkit.loopfs import which
 from realcomponents import require
 
 pytestmark = pytest.mark.integration

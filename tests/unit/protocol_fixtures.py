@@ -8,9 +8,11 @@ import os
 from dataclasses import dataclass, field
 
 from slurm_snap import access, config
-from slurm_snap.client.ack import ManifestEntry, ack_filename, build_ack
-from slurm_snap.inventory.repository import Inventory, VolumeSpec
-from doubles import register_test_backends
+from slurm_snap.jobdir import ack_filename
+from slurm_snap.jobrecords import Ack, ManifestEntry
+from slurm_snap.inventory.repository import Inventory
+from slurm_snap.jobrecords import VolumeRecord
+from testkit.doubles import register_test_backends
 
 register_test_backends()
 
@@ -47,10 +49,10 @@ class Env:
     def ack(self, node: str, rank: int, epoch: str, *, local_rank: int = 0, local_size: int = 1, step: int = 7,
             manifest=(), job_id=None, written_at=None, name=None, signalled_at=None) -> str:
         os.makedirs(self.ack_dir, exist_ok=True)
-        data = build_ack(job_id=str(job_id or self.job_id), epoch=epoch, node=node, rank=rank,
-                         local_rank=local_rank, local_size=local_size, step=step,
-                         written_at=written_at or dt.datetime.now(dt.timezone.utc), manifest=manifest,
-                         signalled_at=signalled_at)
+        data = Ack(job_id=str(job_id or self.job_id), epoch=epoch, node=node, rank=rank,
+                   local_rank=local_rank, local_size=local_size, step=step,
+                   written_at=written_at or dt.datetime.now(dt.timezone.utc), manifest=manifest,
+                   signalled_at=signalled_at).to_bytes()
         path = os.path.join(self.ack_dir, name or ack_filename(node, rank))
         tmp = path + ".tmp-x"
         with open(tmp, "wb") as f:
@@ -98,12 +100,12 @@ def make_env(tmp_path, *, nodes=("n1", "n2"), allow_crash=True, local=True, shar
             p = cfg.volume_class("scratch").job_path(n, job_id)
             os.makedirs(p, exist_ok=True)
             env.local_paths[n] = p
-            specs.append(VolumeSpec(path=p, scope="node-local", volume_class="scratch", backend=backend, node=n))
+            specs.append(VolumeRecord(path=p, scope="node-local", volume_class="scratch", backend=backend, node=n))
     if shared:
         p = cfg.volume_class("pfs").job_path(None, job_id)
         os.makedirs(p, exist_ok=True)
         env.shared_path = p
-        specs.append(VolumeSpec(path=p, scope="shared", volume_class="pfs", backend=backend))
+        specs.append(VolumeRecord(path=p, scope="shared", volume_class="pfs", backend=backend))
     if record:
         with inv.session() as repo:
             run = repo.record_job_run(job_id=job_id, restart_count=restart_count, user_name=user, uid=uid,

@@ -24,7 +24,7 @@ from slurm_snap import access, errors
 from slurm_snap.cli import main
 from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Coordinator
-from inventory_helpers import restore_tests, sets_of_job
+from testkit.inventory_helpers import restore_tests, sets_of_job
 
 
 def _account(names, fallback_uid):
@@ -317,7 +317,7 @@ def test_another_users_sweep_leaves_the_owners_drills_alone(world, monkeypatch, 
         assert main(["--config", world.cfg.path, "restore-test", "--collect"]) == 0
         capsys.readouterr()
     else:   # what Drill.run() does first, as the other user
-        Drill(world.cfg, world.inv, caller=access.Caller(uid=OTHER_UID, name=OTHER, via_sudo=True)).sweep()
+        Drill(world.cfg, world.inv, caller=access.Caller(uid=OTHER_UID, name=OTHER, via_sudo=True)).sweeper.sweep()
     assert _result(world, test_id) == "RUNNING"
     # the owner's own sweep (and an operator's) does clean it up
     as_user(monkeypatch, OWNER_UID)

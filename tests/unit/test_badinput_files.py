@@ -23,7 +23,8 @@ from protocol_fixtures import make_env
 from slurm_snap import errors
 from slurm_snap.backends.registry import get_backend
 from slurm_snap.backends.transport import LocalTransport
-from slurm_snap.client.ack import MAX_ACK_BYTES, build_ack, node_barrier_complete, parse_ack
+from slurm_snap.jobrecords import MAX_ACK_BYTES, Ack
+from slurm_snap.protocol.barrier import node_barrier_complete
 from slurm_snap.protocol.barrier import AckCollector, wait_for_barrier
 
 EPOCH = "sfeedface"
@@ -41,8 +42,8 @@ def collector(env, **kw):
 
 
 def good(env, node="n1", rank=0, **over) -> bytes:
-    doc = json.loads(build_ack(job_id=str(env.job_id), epoch=EPOCH, node=node, rank=rank, local_rank=0,
-                               local_size=1, step=3, written_at=dt.datetime.now(dt.timezone.utc), manifest=()))
+    doc = json.loads(Ack(job_id=str(env.job_id), epoch=EPOCH, node=node, rank=rank, local_rank=0,
+                         local_size=1, step=3, written_at=dt.datetime.now(dt.timezone.utc), manifest=()).to_bytes())
     doc.update(over)
     return json.dumps(doc).encode()
 
@@ -96,7 +97,7 @@ def test_hostile_ack_is_rejected_quickly_with_its_reason(env, case):
     raw = hostile_bytes(env, case)
     assert len(raw) <= MAX_ACK_BYTES
     with pytest.raises(errors.BadValueError) as ei:
-        parse_ack(raw, env.job_id, EPOCH)
+        Ack.from_bytes(raw, env.job_id, EPOCH)
     assert HOSTILE[case][1] in str(ei.value)
     # and through the coordinator's reader, as a file in ack/: rejected, never fatal
     put(env, "n1.0.json", raw)
@@ -110,7 +111,6 @@ def test_hostile_ack_is_rejected_quickly_with_its_reason(env, case):
 
 def test_huge_local_size_cannot_make_the_barrier_check_allocate():
     """Even built in memory (not parsed), the completeness rule checks the count first."""
-    from slurm_snap.client.ack import Ack
     a = Ack(version=1, job_id="1", epoch=EPOCH, node="n1", rank=0, local_rank=0, local_size=10**12, step=1,
             written_at=dt.datetime.now(dt.timezone.utc), manifest=())
     t0 = time.monotonic()

@@ -132,7 +132,7 @@ def test_transfer_benchmark_runs_in_the_suite(tmp_path):
     """benchmarks/run lists the transfer benchmark (issue 23) and folds its
     rows in: two real btrfs on loop devices, so root."""
     from realcomponents import require
-    import loopfs
+    from testkit import loopfs
 
     require(os.geteuid() == 0, "the transfer benchmark mounts loop devices: needs root")
     require(not loopfs.missing("btrfs"), f"btrfs on loop: {loopfs.missing('btrfs')}")

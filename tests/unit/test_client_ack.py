@@ -1,5 +1,5 @@
-"""parse_ack (the coordinator's gate on acknowledgements) and the per-node
-barrier verdict."""
+"""jobrecords.Ack.from_bytes (the coordinator's gate on acknowledgements, the
+record the client writes) and the per-node barrier verdict."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from slurm_snap.client import (Ack, ManifestEntry, ack_filename, build_ack,
-                               node_barrier_complete, parse_ack)
+from slurm_snap.jobdir import ack_filename
+from slurm_snap.jobrecords import Ack, ManifestEntry
+from slurm_snap.protocol.barrier import node_barrier_complete
 from slurm_snap.errors import BadValueError
 
 WHEN = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -28,11 +29,11 @@ def raw(doc) -> bytes:
 
 
 def test_round_trip_with_build_ack():
-    data = build_ack(job_id="42", epoch="od-3", node="n1", rank=4, local_rank=1, local_size=2,
-                     step=100, written_at=WHEN,
-                     manifest=[ManifestEntry("/a/b", 5, None), ManifestEntry("/a/c", 0, "b" * 64)],
-                     world_size=8, agreement="collective")
-    ack = parse_ack(data, "42", "od-3")
+    data = Ack(job_id="42", epoch="od-3", node="n1", rank=4, local_rank=1, local_size=2,
+               step=100, written_at=WHEN,
+               manifest=[ManifestEntry("/a/b", 5, None), ManifestEntry("/a/c", 0, "b" * 64)],
+               world_size=8, agreement="collective").to_bytes()
+    ack = Ack.from_bytes(data, "42", "od-3")
     assert ack == Ack(version=2, job_id="42", epoch="od-3", node="n1", rank=4, local_rank=1,
                       local_size=2, step=100, written_at=WHEN,
                       manifest=(ManifestEntry("/a/b", 5, None), ManifestEntry("/a/c", 0, "b" * 64)),
@@ -40,10 +41,10 @@ def test_round_trip_with_build_ack():
 
 
 def test_version_1_from_an_older_client_still_parses_with_lockstep_fields_unknown():
-    ack = parse_ack(raw(good()), "42", "od-3")
+    ack = Ack.from_bytes(raw(good()), "42", "od-3")
     assert (ack.version, ack.world_size, ack.independent, ack.agreement) == (1, None, False, "")
     with pytest.raises(BadValueError, match="'world_size'.*unknown key"):
-        parse_ack(raw(good(world_size=8)), "42", "od-3")
+        Ack.from_bytes(raw(good(world_size=8)), "42", "od-3")
 
 
 def v2(**changes) -> dict:
@@ -60,17 +61,17 @@ def v2(**changes) -> dict:
 ])
 def test_version_2_fields_are_checked(doc, named):
     with pytest.raises(BadValueError) as info:
-        parse_ack(raw(doc), "42", "od-3")
+        Ack.from_bytes(raw(doc), "42", "od-3")
     assert named in str(info.value)
 
 
 def test_version_2_world_size_may_be_unknown():
-    ack = parse_ack(raw(v2(world_size=None, independent=True, agreement="failed: timed out")), "42", "od-3")
+    ack = Ack.from_bytes(raw(v2(world_size=None, independent=True, agreement="failed: timed out")), "42", "od-3")
     assert (ack.world_size, ack.independent, ack.agreement) == (None, True, "failed: timed out")
 
 
 def test_numeric_job_id_is_accepted_and_normalised():
-    assert parse_ack(raw(good(job_id=42)), 42, "od-3").job_id == "42"
+    assert Ack.from_bytes(raw(good(job_id=42)), 42, "od-3").job_id == "42"
 
 
 @pytest.mark.parametrize("doc,named", [
@@ -99,7 +100,7 @@ def test_numeric_job_id_is_accepted_and_normalised():
 ])
 def test_rejects_bad_field_naming_the_value(doc, named):
     with pytest.raises(BadValueError) as info:
-        parse_ack(raw(doc), "42", "od-3")
+        Ack.from_bytes(raw(doc), "42", "od-3")
     assert named in str(info.value)
 
 
@@ -109,29 +110,29 @@ def test_rejects_missing_field(field):
     doc = good()
     del doc[field]
     with pytest.raises(BadValueError, match=f"'{field}'.*missing"):
-        parse_ack(raw(doc), "42", "od-3")
+        Ack.from_bytes(raw(doc), "42", "od-3")
 
 
 def test_rejects_unparseable():
     with pytest.raises(BadValueError, match="not valid JSON") as info:
-        parse_ack(b'{"version": 1, ', "42", "od-3")
+        Ack.from_bytes(b'{"version": 1, ', "42", "od-3")
     assert "version" in str(info.value)  # the offending bytes are quoted
     with pytest.raises(BadValueError, match="not valid JSON"):
-        parse_ack(b"\xff\xfe garbage", "42", "od-3")
+        Ack.from_bytes(b"\xff\xfe garbage", "42", "od-3")
 
 
 def test_rejects_non_object():
     with pytest.raises(BadValueError, match=r"\[1, 2\]"):
-        parse_ack(b"[1, 2]", "42", "od-3")
+        Ack.from_bytes(b"[1, 2]", "42", "od-3")
 
 
 def test_rejects_oversized_before_parsing():
     big = raw(good(manifest=[{"path": "/x" * 400, "size": 1}] * 2000))
     assert len(big) > 1 << 20
     with pytest.raises(BadValueError, match=f"'{len(big)} bytes'.*limit of 1048576"):
-        parse_ack(big, "42", "od-3")
+        Ack.from_bytes(big, "42", "od-3")
     with pytest.raises(BadValueError, match="limit of 100 bytes"):
-        parse_ack(raw(good()), "42", "od-3", max_bytes=100)
+        Ack.from_bytes(raw(good()), "42", "od-3", max_bytes=100)
 
 
 def test_ack_filename():

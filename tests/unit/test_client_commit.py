@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from slurm_snap.client import Checkpointer, parse_ack
+from slurm_snap.client import Checkpointer
+from slurm_snap.jobrecords import Ack
 from slurm_snap.errors import BadValueError, NotFound, UsageError
 
 
@@ -46,7 +47,7 @@ def test_commit_writes_a_valid_ack(setup):
     ckpt, job_dir, _, files = setup
     path = ckpt.commit(7, files)
     assert path == str(job_dir / "ack" / "n2.3.json")
-    ack = parse_ack(open(path, "rb").read(), "42", "preempt-0")
+    ack = Ack.from_bytes(open(path, "rb").read(), "42", "preempt-0")
     assert (ack.node, ack.rank, ack.local_rank, ack.local_size, ack.step) == ("n2", 3, 1, 2, 7)
     assert [(e.path, e.size, e.sha256) for e in ack.manifest] == [
         (str(files[0]), 1000, None), (str(files[1]), len("step-7/rank-3.pt\n"), None)]
@@ -78,7 +79,7 @@ def test_commit_without_root_walks_to_the_mount_point(setup, fsync_log):
 
 def test_commit_with_hash(setup):
     ckpt, _, _, files = setup
-    ack = parse_ack(open(ckpt.commit(7, files, hash=True), "rb").read(), "42", "preempt-0")
+    ack = Ack.from_bytes(open(ckpt.commit(7, files, hash=True), "rb").read(), "42", "preempt-0")
     assert ack.manifest[0].sha256 == hashlib.sha256(b"w" * 1000).hexdigest()
 
 
@@ -88,12 +89,12 @@ def test_commit_rewrites_the_ack_atomically(setup):
     first = os.stat(job_dir / "ack" / "n2.3.json").st_ino
     ckpt.commit(8, files)
     assert os.stat(job_dir / "ack" / "n2.3.json").st_ino != first  # replaced, not rewritten in place
-    assert parse_ack((job_dir / "ack" / "n2.3.json").read_bytes(), "42", "preempt-0").step == 8
+    assert Ack.from_bytes((job_dir / "ack" / "n2.3.json").read_bytes(), "42", "preempt-0").step == 8
 
 
 def test_commit_empty_manifest_is_allowed(setup):
     ckpt, _, _, _ = setup
-    assert parse_ack(open(ckpt.commit(0, []), "rb").read(), "42", "preempt-0").manifest == ()
+    assert Ack.from_bytes(open(ckpt.commit(0, []), "rb").read(), "42", "preempt-0").manifest == ()
 
 
 def test_commit_rejects_missing_file(setup):

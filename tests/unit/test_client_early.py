@@ -5,6 +5,7 @@ preempted and may be requeued. The scontrol calls are injected here (what
 tests/integration/test_early_release_cluster.py runs the real one."""
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -12,7 +13,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from slurm_snap.client import Checkpointer, build_ack, early
+from slurm_snap.client import Checkpointer, early
+from slurm_snap.jobrecords import Ack
+from slurm_snap.errors import BadValueError
 from slurm_snap.fsio import write_json
 from slurm_snap.jobdir import JobDir
 
@@ -41,8 +44,8 @@ def jobdir(tmp_path) -> JobDir:
 
 
 def ack(jd: JobDir, rank: int, epoch="preempt-0", node="n1"):
-    data = build_ack(job_id=JOB, epoch=epoch, node=node, rank=rank, local_rank=0, local_size=1, step=5,
-                     written_at=datetime.now(timezone.utc), manifest=[], world_size=3)
+    data = Ack(job_id=JOB, epoch=epoch, node=node, rank=rank, local_rank=0, local_size=1, step=5,
+               written_at=datetime.now(timezone.utc), manifest=[], world_size=3).to_bytes()
     with open(jd.ack_path(f"n{rank}", rank), "wb") as f:
         f.write(data)
 
@@ -63,8 +66,8 @@ def test_requeues_once_every_rank_acknowledged(tmp_path):
     w.join(5)
     assert sc.calls == [["show", "job", "-o", JOB], ["requeue", JOB]]
     assert w.outcome == "requeued"
-    decision = early.read_decision(jd, "preempt-0")
-    assert decision["decision"] == "requeued" and decision["all_acknowledged_at"] <= decision["at"]
+    decision = jd.read_early("preempt-0")
+    assert decision.decision == "requeued" and decision.all_acknowledged_at <= decision.at
 
 
 @pytest.mark.parametrize("show,why", [
@@ -80,7 +83,7 @@ def test_a_cancellation_or_a_job_without_requeue_is_left_to_slurm(tmp_path, show
     w = watch(jd, sc)
     w.join(5)
     assert sc.calls == [["show", "job", "-o", JOB]]
-    assert w.outcome == "kept" and why in early.read_decision(jd, "preempt-0")["why"]
+    assert w.outcome == "kept" and why in jd.read_early("preempt-0").why
 
 
 def test_acknowledgements_of_another_epoch_do_not_count(tmp_path):
@@ -99,7 +102,7 @@ def test_a_failing_requeue_is_recorded_not_raised(tmp_path):
         ack(jd, r)
     w = watch(jd, sc)
     w.join(5)
-    assert w.outcome == "failed" and "denied" in early.read_decision(jd, "preempt-0")["why"]
+    assert w.outcome == "failed" and "denied" in jd.read_early("preempt-0").why
 
 
 def test_only_rank_0_of_a_preemption_epoch_watches_and_only_when_allowed(tmp_path):
@@ -142,7 +145,7 @@ class KilledInRequeue(Scontrol):
     def __call__(self, args):
         if args[0] == "requeue":
             self.calls.append(args)
-            self.on_disk = early.read_decision(self.jd, "preempt-0")
+            self.on_disk = self.jd.read_early("preempt-0")
             self.inside.set()
             self.done.wait(10)
             return subprocess.CompletedProcess(args, 0, "", "")
@@ -150,7 +153,7 @@ class KilledInRequeue(Scontrol):
 
 
 def test_the_intent_is_on_disk_before_the_requeue_ends_the_job(tmp_path):
-    from slurm_snap.protocol.preempt import release_of
+    from slurm_snap.protocol.recorder import release_of
 
     jd = jobdir(tmp_path)
     sc = KilledInRequeue(jd)
@@ -161,17 +164,17 @@ def test_the_intent_is_on_disk_before_the_requeue_ends_the_job(tmp_path):
         assert sc.inside.wait(5)
         # Written before the call, with the moment the request went out; while
         # the call has not returned, that is what the Epilog reads.
-        assert sc.on_disk["decision"] == "requeueing" and sc.on_disk["all_acknowledged_at"] <= sc.on_disk["at"]
-        assert early.read_decision(jd, "preempt-0") == sc.on_disk
+        assert sc.on_disk.decision == "requeueing" and sc.on_disk.all_acknowledged_at <= sc.on_disk.at
+        assert jd.read_early("preempt-0") == sc.on_disk
         # ... and counts as the early release it is, at that moment.
         when, how = release_of(sc.on_disk, None)
-        assert how == "early" and abs(when.timestamp() - sc.on_disk["at"]) < 1e-5
+        assert how == "early" and abs(when.timestamp() - sc.on_disk.at) < 1e-5
     finally:
         sc.done.set()
         w.join(5)
     # Had the process lived, the outcome replaces it, keeping the moment.
-    final = early.read_decision(jd, "preempt-0")
-    assert (final["decision"], final["at"]) == ("requeued", sc.on_disk["at"]) and w.outcome == "requeued"
+    final = jd.read_early("preempt-0")
+    assert (final.decision, final.at) == ("requeued", sc.on_disk.at) and w.outcome == "requeued"
 
 
 def test_a_scontrol_killed_by_the_requeue_it_made_leaves_the_intent(tmp_path):
@@ -189,4 +192,33 @@ def test_a_scontrol_killed_by_the_requeue_it_made_leaves_the_intent(tmp_path):
         ack(jd, r)
     watch(jd, sc).join(5)
     assert sc.calls[-1] == ["requeue", JOB]
-    assert early.read_decision(jd, "preempt-0")["decision"] == "requeueing"
+    assert jd.read_early("preempt-0").decision == "requeueing"
+
+
+def test_epilog_reads_the_decision_without_following_what_the_user_planted(tmp_path):
+    """ack/ is the job user's: the Epilog (root) reads rank 0's decision with
+    the owner's uid, so a symbolic link, a FIFO or a hard link planted under
+    the decision's name is refused with its reason, never followed."""
+    jd = jobdir(tmp_path)
+    me = os.getuid()
+    path = jd.early_path("preempt-0")
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"not": "a decision"}')
+    os.symlink(secret, path)
+    with pytest.raises(BadValueError, match="symbolic link"):
+        jd.read_early("preempt-0", me)
+    os.unlink(path)
+    os.mkfifo(path)
+    with pytest.raises(BadValueError, match="not a regular file"):
+        jd.read_early("preempt-0", me)
+    os.unlink(path)
+    os.link(secret, path)
+    with pytest.raises(BadValueError, match="hard links"):
+        jd.read_early("preempt-0", me)
+    os.unlink(path)
+    assert jd.read_early("preempt-0", me) is None        # nothing written: no decision
+    secret.rename(path)
+    if me == 0:
+        os.chown(path, 12345, -1)                        # root's own files always pass: another user's
+    with pytest.raises(BadValueError, match="owned by uid"):
+        jd.read_early("preempt-0", 4242)

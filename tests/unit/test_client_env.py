@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from slurm_snap.client import Checkpointer, mark_first_step, parse_tasks_per_node
+from slurm_snap.client import Checkpointer, mark_first_step
+from slurm_snap.client.slurmenv import parse_tasks_per_node
 from slurm_snap.client.slurmenv import local_size_from_env
 from slurm_snap.errors import BadValueError, NotFound
 
@@ -258,8 +259,8 @@ def test_acknowledgement_carries_world_size_and_independence(tmp_path):
     ckpt = Checkpointer(env=env)
     f = barrier / "w.bin"
     f.write_bytes(b"x")
-    from slurm_snap.client import parse_ack
+    from slurm_snap.jobrecords import Ack
 
-    ack = parse_ack(open(ckpt.commit(3, [f]), "rb").read(), "77", "preempt-0")
+    ack = Ack.from_bytes(open(ckpt.commit(3, [f]), "rb").read(), "77", "preempt-0")
     assert (ack.version, ack.world_size, ack.independent, ack.agreement) == (2, 2, True, "")
     assert Checkpointer(env={**env, "SLURM_SNAP_INDEPENDENT": "0"}).independent is False

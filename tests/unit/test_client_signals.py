@@ -11,7 +11,7 @@ import pytest
 import signal_delivery
 
 from slurm_snap import client
-from slurm_snap.client import parse_signal
+from slurm_snap.client.signals import parse_signal
 from slurm_snap.errors import BadValueError
 
 HANDLED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
@@ -224,7 +224,7 @@ def test_acknowledgement_says_when_the_signal_reached_the_rank(tmp_path):
     arrived, not a guess from Slurm's PreemptTime."""
     from datetime import datetime, timezone
 
-    from slurm_snap.client import parse_ack
+    from slurm_snap.jobrecords import Ack
 
     ckpt = Checkpointer(env={}, barrier_dir=str(tmp_path), job_id="7").install()
     f = tmp_path / "w.pt"
@@ -233,9 +233,9 @@ def test_acknowledgement_says_when_the_signal_reached_the_rank(tmp_path):
     deliver(signal.SIGUSR1, ckpt)
     after = datetime.now(timezone.utc)
     assert ckpt.should_checkpoint()
-    ack = parse_ack(open(ckpt.commit(3, [f]), "rb").read(), "7", "preempt-0")
+    ack = Ack.from_bytes(open(ckpt.commit(3, [f]), "rb").read(), "7", "preempt-0")
     assert before <= ack.signalled_at <= after
     # A rank that joined its peers' checkpoint without a signal says so: null.
     joined = Checkpointer(env={}, barrier_dir=str(tmp_path), job_id="7", rank=1)
-    ack = parse_ack(open(joined.commit(3, [f]), "rb").read(), "7", "preempt-0")
+    ack = Ack.from_bytes(open(joined.commit(3, [f]), "rb").read(), "7", "preempt-0")
     assert ack.signalled_at is None

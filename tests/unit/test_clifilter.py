@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_snap import config, doctor, errors
+from slurm_snap import config, errors
+from slurm_snap.doctor import slurm_checks
 from slurm_snap.cli import main
 from slurm_snap.slurm import clifilter
 
@@ -50,11 +51,11 @@ def test_config_cli_filter_prints_the_rendered_file(write_config, capsys):
 
 def test_doctor_compares_the_installed_cli_filter_with_the_configuration(tmp_path):
     cfg = cfg_with(tmp_path, grace=10)
-    (ok,) = doctor.check_cli_filter(cfg, "/etc/slurm/cli_filter.lua", clifilter.render(TEMPLATE, cfg))
+    (ok,) = slurm_checks.check_cli_filter(cfg, "/etc/slurm/cli_filter.lua", clifilter.render(TEMPLATE, cfg))
     assert ok.ok and "--signal=USR1@10" in ok.what
-    (stale,) = doctor.check_cli_filter(cfg, "/etc/slurm/cli_filter.lua", TEMPLATE)
+    (stale,) = slurm_checks.check_cli_filter(cfg, "/etc/slurm/cli_filter.lua", TEMPLATE)
     assert not stale.ok and "has USR1@60" in stale.what and "config cli-filter" in stale.fix
-    (missing,) = doctor.check_cli_filter(cfg, "/etc/slurm/cli_filter.lua", None)
+    (missing,) = slurm_checks.check_cli_filter(cfg, "/etc/slurm/cli_filter.lua", None)
     assert not missing.ok and "readable" in missing.what
 
 
@@ -65,7 +66,7 @@ def test_plugstack_line_carries_no_signal_or_grace(tmp_path):
     cfg = cfg_with(tmp_path)
 
     def finding(text):
-        return [f for f in doctor.check_slurm(cfg, {}, [], text) if "carries only" in f.what]
+        return [f for f in slurm_checks.check_slurm(cfg, {}, [], text) if "carries only" in f.what]
 
     assert [f.ok for f in finding(plugstack)] == [True]
     (old,) = finding(line + " signal=USR1 grace=60\n")

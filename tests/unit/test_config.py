@@ -158,11 +158,11 @@ def test_cli_config_get_refuses_what_is_not_one_scalar_setting(write_config, cap
     ("# no RECORD line: an old entry point records in the foreground\n", "open", True, False),
 ])
 def test_doctor_checks_the_prolog_slurmctld_entry_point_agrees(write_config, text, policy, background, want):
-    from slurm_snap import doctor
+    from slurm_snap.doctor import slurm_checks
 
     cfg = config.load(write_config(f"[hooks]\nfailure_policy='{policy}'\n"
                                    f"record_in_background={'true' if background else 'false'}\n"))
-    (finding,) = doctor.check_entry_point(cfg, "/x/slurm-snap-prolog-slurmctld", "#!/bin/sh\n" + text)
+    (finding,) = slurm_checks.check_entry_point(cfg, "/x/slurm-snap-prolog-slurmctld", "#!/bin/sh\n" + text)
     assert finding.ok is want
     if not want:
         assert "/x/slurm-snap-prolog-slurmctld" in finding.fix and "RECORD=" in finding.fix

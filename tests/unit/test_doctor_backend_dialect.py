@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
-from slurm_snap import config, doctor
+from slurm_snap import config
+from slurm_snap.doctor import probes, site_checks
+from slurm_snap.doctor.facts import ClassTools
 
 FAKES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fakes")
 
@@ -47,7 +49,7 @@ def tool_dir(tmp_path, script: str) -> str:
 
 
 def zfs_findings(cfg):
-    return [f for f in doctor.check_local(cfg) if "volume class tank" in f.what and "found" in f.what
+    return [f for f in site_checks.check_local(cfg, probes.local(cfg)) if "volume class tank" in f.what and "found" in f.what
             or "cannot tell" in f.what]
 
 
@@ -78,7 +80,7 @@ def test_backends_without_a_report_add_no_finding(tmp_path):
         name = "btrfs"
         tool_report = Backend.tool_report
 
-    class VC:
-        name, backend = "scratch", "btrfs"
-
-    assert doctor.check_tool_report(VC, Quiet(), where="this host") == []
+    said = Quiet().tool_report()
+    assert said is None
+    found = site_checks.check_class(config.from_dict({}), ClassTools("scratch", "btrfs", tool_report=said))
+    assert [f.what for f in found] == ["volume class scratch: backend btrfs tools present"]

@@ -8,8 +8,11 @@ import json
 
 import pytest
 
-from slurm_snap import config, doctor, errors
-from slurm_snap.cli import doctor_cmd, main
+from slurm_snap import config, errors
+from slurm_snap.doctor import probes, site_checks
+from slurm_snap.doctor.facts import NodeReport
+from slurm_snap.doctor.finding import Finding
+from slurm_snap.cli import main
 from slurm_snap.inventory import db
 from slurm_snap.slurm import commands
 
@@ -100,29 +103,31 @@ fsname = "lustre"
         calls.append((vc.name, node, local))
         raise errors.TransportError(f"root@{vc.host}: connection refused")
     monkeypatch.setattr(factory, "backend_for_class", build)
-    found = [f for f in doctor.check_local(cfg, node_local=False) if "pfs" in f.what]
+    found = [f for f in site_checks.check_local(cfg, probes.local(cfg, node_local=False)) if "pfs" in f.what]
     assert calls == [("pfs", None, False)]
     assert len(found) == 1 and not found[0].ok
     assert found[0].what == "volume class pfs over SSH on mgs01: root@mgs01: connection refused"
     assert "mgs01's sshd" in found[0].fix
     # A node's own doctor leaves it to the controller's.
     calls.clear()
-    assert not [f for f in doctor.check_local(cfg, node="n1") if "pfs" in f.what] and calls == []
+    assert not [f for f in site_checks.check_local(cfg, probes.local(cfg, node="n1")) if "pfs" in f.what]
+    assert calls == []
 
 
 def test_a_nodes_json_becomes_findings_named_by_the_node():
     text = json.dumps({"version": 1, "ok": False, "problems": 1, "findings": [
         {"ok": True, "what": "inventory reachable", "fix": ""},
         {"ok": False, "what": "volume class scratch on this host: /scratch is ext2/ext3", "fix": "mount btrfs"}]})
-    got = doctor_cmd.node_findings("n2", 3, text, "/opt/x/slurm-snap")
-    assert got == [doctor.Finding(True, "n2: inventory reachable", ""),
-                   doctor.Finding(False, "n2: volume class scratch on this host: /scratch is ext2/ext3",
+    got = site_checks.node_findings(NodeReport(node="n2", helper="/opt/x/slurm-snap", status=3, stdout=text))
+    assert got == [Finding(True, "n2: inventory reachable", ""),
+                   Finding(False, "n2: volume class scratch on this host: /scratch is ext2/ext3",
                                   "mount btrfs")]
 
 
 @pytest.mark.parametrize("stdout, stderr", [("", "slurm-snap: no such option: --json"), ("ok    x\n", "")])
 def test_a_node_that_printed_no_json_is_a_failure_naming_what_it_said(stdout, stderr):
-    (f,) = doctor_cmd.node_findings("n3", 2, stdout, "/opt/x/slurm-snap", stderr)
+    (f,) = site_checks.node_findings(NodeReport(node="n3", helper="/opt/x/slurm-snap", status=2, stdout=stdout,
+                                                stderr=stderr))
     assert not f.ok and f.what.startswith("n3: doctor --json printed no findings (status 2: ")
     assert (stdout.strip() or stderr) in f.what and "/opt/x/slurm-snap on n3" in f.fix
 

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from slurm_snap import config, doctor
+from slurm_snap import config
+from slurm_snap.doctor import slurm_checks
 from slurm_snap.cli import doctor_cmd
 from slurm_snap.inventory.repository import Inventory
 from test_report_seed import at, report_pg_server, seeded  # noqa: F401  (fixtures)
@@ -18,14 +19,14 @@ PARTS = [{"PartitionName": "gpu", "PreemptMode": "REQUEUE", "GraceTime": "60"},
 
 
 def test_suggestion_is_the_slowest_with_headroom():
-    assert doctor.suggest_grace(3.0) == 15
-    assert doctor.suggest_grace(40.2) == 71   # 60.3 rounded up, + 10
+    assert slurm_checks.suggest_grace(3.0) == 15
+    assert slurm_checks.suggest_grace(40.2) == 71   # 60.3 rounded up, + 10
 
 
 def test_a_short_gracetime_fails_and_names_the_suggestion():
     cfg = config.from_dict({})
     observed = {"gpu": [(12.0, "app-consistent"), (41.0, "crash-consistent")], "cpu": [(4.0, "app-consistent")]}
-    found = doctor.check_grace_observed(cfg, PARTS, observed, 30)
+    found = slurm_checks.check_grace_observed(cfg, PARTS, observed, 30)
     assert len(found) == 2                      # the partition that does not preempt is not checked
     gpu, cpu = found
     assert not gpu.ok and "GraceTime 60 s" in gpu.what and "slowest checkpoint of 2 preemption(s) in 30 days: " \
@@ -38,12 +39,12 @@ def test_a_short_gracetime_fails_and_names_the_suggestion():
 def test_a_problem_only_under_half_again_the_slowest(slowest, ok):
     """GraceTime 30 s: a 20 s checkpoint still has its 1.5x; a 21 s one has not.
     The suggestion (slowest x 1.5 + 10 s) is given either way."""
-    (f,) = doctor.check_grace_observed(config.from_dict({}), PARTS[1:2], {"cpu": [(slowest, "app-consistent")]}, 30)
-    assert f.ok is ok and f"suggested at least {doctor.suggest_grace(slowest)} s" in f.what
+    (f,) = slurm_checks.check_grace_observed(config.from_dict({}), PARTS[1:2], {"cpu": [(slowest, "app-consistent")]}, 30)
+    assert f.ok is ok and f"suggested at least {slurm_checks.suggest_grace(slowest)} s" in f.what
 
 
 def test_a_partition_never_preempted_is_not_judged():
-    (f,) = doctor.check_grace_observed(config.from_dict({}), PARTS[:1], {}, 30)
+    (f,) = slurm_checks.check_grace_observed(config.from_dict({}), PARTS[:1], {}, 30)
     assert f.ok and "no preemption with acknowledgements" in f.what
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import socket
 
-from slurm_snap import config, doctor
+from slurm_snap import config
+from slurm_snap.doctor import probes, site_checks
 
 
 def cfg_of(tmp_path, *, url=None, listen="", known="", ssh_scratch=True):
@@ -39,20 +40,25 @@ transport = "{"ssh" if ssh_scratch else "local"}"
     return config.load(p)
 
 
+def topology(cfg, nodes):
+    """The controller's view, gathered and judged as doctor does."""
+    return site_checks.check_topology(cfg, probes.topology(cfg, nodes, local_host="ctl"))
+
+
 def failed(findings):
     return [f for f in findings if not f.ok]
 
 
 def test_sqlite_across_hosts_without_the_service_is_refused_with_the_fix(tmp_path):
     cfg = cfg_of(tmp_path, ssh_scratch=False)
-    bad = failed(doctor.check_topology(cfg, ["n1", "n2"], local_host="ctl"))
+    bad = failed(topology(cfg, ["n1", "n2"]))
     assert len(bad) == 1 and "SQLite inventory on ctl with 2 other hosts" in bad[0].what
     assert "slurm-snap serve" in bad[0].fix and "PostgreSQL/MariaDB" in bad[0].fix
     # One host: nothing to say.
-    assert failed(doctor.check_topology(cfg, ["ctl"], local_host="ctl")) == []
+    assert failed(topology(cfg, ["ctl"])) == []
     # A server database: nodes may write it themselves.
     cfg = cfg_of(tmp_path, url="postgresql+psycopg2://u@db/x", ssh_scratch=False)
-    assert failed(doctor.check_topology(cfg, ["n1", "n2"], local_host="ctl")) == []
+    assert failed(topology(cfg, ["n1", "n2"])) == []
 
 
 def test_service_that_does_not_answer_is_named(tmp_path):
@@ -60,20 +66,21 @@ def test_service_that_does_not_answer_is_named(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cfg = cfg_of(tmp_path, listen=f"127.0.0.1:{port}", ssh_scratch=False)
-    bad = failed(doctor.check_topology(cfg, ["n1"], local_host="ctl"))
+    bad = failed(topology(cfg, ["n1"]))
     assert [f.what.split(" (")[0] for f in bad] == [f"slurm-snap service not answering on 127.0.0.1:{port}"]
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen()
         cfg = cfg_of(tmp_path, listen=f"127.0.0.1:{srv.getsockname()[1]}", ssh_scratch=False)
-        assert failed(doctor.check_topology(cfg, ["n1"], local_host="ctl")) == []
+        assert failed(topology(cfg, ["n1"])) == []
 
 
 def test_node_without_a_known_host_key_is_named_with_its_address(tmp_path):
     cfg = cfg_of(tmp_path, url="postgresql+psycopg2://u@db/x",
                  known="10.9.9.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample\n")
     seen = []
-    findings = doctor.check_topology(cfg, ["n2"], local_host="ctl", run_on_node=lambda n: seen.append(n) or [])
+    findings = site_checks.check_topology(cfg, probes.topology(cfg, ["n2"], local_host="ctl",
+                                                                node_doctor=lambda cfg, n: seen.append(n)))
     bad = failed(findings)
     assert len(bad) == 1 and "n2: SSH host key of 10.9.9.2" in bad[0].what and "missing" in bad[0].what
     assert "ssh-keyscan" in bad[0].fix
@@ -88,9 +95,12 @@ def test_path_on_the_wrong_filesystem_is_named(tmp_path):
         transport = LocalTransport()
         timeout = 10.0
 
-    vc = cfg_of(tmp_path, ssh_scratch=False).volume_class("scratch")
+    from slurm_snap.doctor.facts import ClassTools
+
+    cfg = cfg_of(tmp_path, ssh_scratch=False)
     os.makedirs(tmp_path / "scratch", exist_ok=True)
-    got = doctor.check_fs_type(vc, Fake(), str(tmp_path / "scratch"), where="n1")
+    fs = probes.fs_type(Fake(), str(tmp_path / "scratch"))
+    got = site_checks.check_class(cfg, ClassTools("scratch", "btrfs", over_ssh="node", host="n1", fs=fs))[1:]
     fstype = os.popen(f"stat -f -c %T {tmp_path}").read().strip()
     assert len(got) == 1 and got[0].ok is (fstype == "btrfs")
     assert f"is {fstype}" in got[0].what and "needs btrfs" in got[0].what
@@ -105,9 +115,9 @@ def test_controller_view_leaves_node_local_classes_to_the_nodes(tmp_path):
     cfg = cfg_of(tmp_path, ssh_scratch=False)
     (tmp_path / "scratch").mkdir()
     (tmp_path / "b").mkdir()
-    on_ctl = doctor.check_local(cfg, node_local=False)
+    on_ctl = site_checks.check_local(cfg, probes.local(cfg, node_local=False))
     assert not any("volume class scratch" in f.what for f in on_ctl)
-    as_node = doctor.check_local(cfg, node="n1")
+    as_node = site_checks.check_local(cfg, probes.local(cfg, node="n1"))
     named = [f for f in as_node if "volume class scratch" in f.what]
     assert named, as_node
     # tmp_path is not btrfs: the node's check says so, naming the path.

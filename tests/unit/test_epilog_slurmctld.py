@@ -20,7 +20,7 @@ import pytest
 from protocol_fixtures import make_env
 from slurm_snap import states as S
 from slurm_snap.hooks.run import run_named
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 FAKE_SQUEUE = """#!/bin/sh
 # squeue --json as slurmctld answers it, but only through the cluster's slurm.conf
@@ -105,14 +105,15 @@ def test_slurmds_own_slurm_conf_wins_over_the_config(env, monkeypatch, capsys):
 
 
 def test_doctor_names_the_missing_setting():
-    from slurm_snap import config, doctor
+    from slurm_snap import config
+    from slurm_snap.doctor import slurm_checks
 
     cfg = config.from_dict({})
-    bad = [f for f in doctor.check_slurm(cfg, {"SLURM_CONF": "/var/tmp/dev/etc/slurm.conf"}, [], "")
+    bad = [f for f in slurm_checks.check_slurm(cfg, {"SLURM_CONF": "/var/tmp/dev/etc/slurm.conf"}, [], "")
            if "slurmctld hooks reach Slurm" in f.what]
     assert len(bad) == 1 and not bad[0].ok and '[slurm] conf = "/var/tmp/dev/etc/slurm.conf"' in bad[0].fix
     cfg = config.from_dict({"slurm": {"conf": "/var/tmp/dev/etc/slurm.conf"}})
-    (good,) = [f for f in doctor.check_slurm(cfg, {"SLURM_CONF": "/var/tmp/dev/etc/slurm.conf"}, [], "")
+    (good,) = [f for f in slurm_checks.check_slurm(cfg, {"SLURM_CONF": "/var/tmp/dev/etc/slurm.conf"}, [], "")
                if "slurmctld hooks reach Slurm" in f.what]
     assert good.ok
 

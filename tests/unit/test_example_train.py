@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from slurm_snap.client import parse_ack
+from slurm_snap.jobrecords import Ack
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(REPO, "examples", "train.py")
@@ -129,7 +129,7 @@ def test_preemption_ack_release_and_resume(job):
     run.proc.send_signal(signal.SIGUSR1)
     ack_path = job_dir / "ack" / "n1.0.json"
     wait_for_file(ack_path)
-    ack = parse_ack(ack_path.read_bytes(), JOB, "preempt-0")
+    ack = Ack.from_bytes(ack_path.read_bytes(), JOB, "preempt-0")
     assert ack.step >= 3 and ack.local_size == 1
     weights = ckpt_dir / f"step-{ack.step}" / "model.pt"
     assert {e.path for e in ack.manifest} == {str(weights), str(ckpt_dir / "latest")}
@@ -167,7 +167,7 @@ def test_on_demand_then_sigterm_only_preemption_then_resume_json(job):
     run.proc.send_signal(signal.SIGUSR1)
     ack_path = job_dir / "ack" / "n1.0.json"
     wait_for_file(ack_path)
-    on_demand = parse_ack(ack_path.read_bytes(), JOB, "od-1")
+    on_demand = Ack.from_bytes(ack_path.read_bytes(), JOB, "od-1")
     (job_dir / "release").mkdir()
     (job_dir / "release" / "od-1").touch()
     run.wait_for(rf"^step {on_demand.step + 2} ", timeout=10)  # continues after an on-demand snapshot
@@ -176,7 +176,7 @@ def test_on_demand_then_sigterm_only_preemption_then_resume_json(job):
     os.remove(ack_path)
     run.proc.send_signal(signal.SIGTERM)
     wait_for_file(ack_path)
-    preempt = parse_ack(ack_path.read_bytes(), JOB, "preempt-0")
+    preempt = Ack.from_bytes(ack_path.read_bytes(), JOB, "preempt-0")
     assert preempt.step > on_demand.step
     # The end-of-grace SIGTERM stops the wait and the rank exits cleanly.
     run.proc.send_signal(signal.SIGTERM)

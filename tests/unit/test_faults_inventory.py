@@ -21,8 +21,9 @@ import pytest
 
 from slurm_snap import errors
 from slurm_snap.cli import main
-from slurm_snap.inventory.repository import Inventory, VolumeSpec
-from inventory_helpers import sets_of_job
+from slurm_snap.inventory.repository import Inventory
+from slurm_snap.jobrecords import VolumeRecord
+from testkit.inventory_helpers import sets_of_job
 
 UNREACHABLE = {
     # url template -> what the message must contain
@@ -97,7 +98,7 @@ def locked_db(tmp_path):
     inv.upgrade()
     with inv.session() as repo:
         run = repo.record_job_run(job_id=10, restart_count=0, user_name="root", uid=0, nodes=["n1"])
-        repo.add_volumes(run, [VolumeSpec(path="/x/jobs/10", scope="shared", volume_class="pfs", backend="btrfs")])
+        repo.add_volumes(run, [VolumeRecord(path="/x/jobs/10", scope="shared", volume_class="pfs", backend="btrfs")])
     inv.dispose()
     procs = []
 

@@ -29,13 +29,13 @@ import pytest
 from protocol_fixtures import ROOT, make_env
 from slurm_snap import errors
 from slurm_snap.cli import main
-from slurm_snap.client.ack import build_ack
+from slurm_snap.jobrecords import Ack
 from slurm_snap.protocol import preempt
 from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Coordinator
 from slurm_snap.protocol.repair import repair
 from test_protocol_repair import run_and_kill, snapshot_dirs
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -211,15 +211,16 @@ def _snapshot_now(env):
 RANK = """
 import datetime as dt, json, os, signal, sys, time
 sys.path.insert(0, sys.argv[1])
-from slurm_snap.client.ack import ManifestEntry, build_ack, ack_filename
+from slurm_snap.jobrecords import Ack, ManifestEntry
+from slurm_snap.jobdir import ack_filename
 job_dir, job_id, node, rank, ckpt = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
 while not os.path.exists(os.path.join(job_dir, "request.json")):
     time.sleep(0.01)
 epoch = json.load(open(os.path.join(job_dir, "request.json")))["epoch"]
 with open(ckpt, "wb") as f:
     f.write(b"c" * 64); f.flush(); os.fsync(f.fileno())
-data = build_ack(job_id=job_id, epoch=epoch, node=node, rank=rank, local_rank=0, local_size=1, step=5,
-                 written_at=dt.datetime.now(dt.timezone.utc), manifest=[ManifestEntry(ckpt, 64)])
+data = Ack(job_id=job_id, epoch=epoch, node=node, rank=rank, local_rank=0, local_size=1, step=5,
+           written_at=dt.datetime.now(dt.timezone.utc), manifest=[ManifestEntry(ckpt, 64)]).to_bytes()
 tmp = os.path.join(job_dir, "ack", "." + ack_filename(node, rank) + ".tmp")
 with open(tmp, "wb") as f:
     f.write(data); f.flush(); os.fsync(f.fileno())
@@ -265,12 +266,12 @@ def _preempted_then_requeued(env):
     preempt.epilog_cut(env.cfg, env.inv, Job(env, "n1", 1), preempt_time=t_pre.timestamp())
     st, parts, _a, _e = load(env, set_id)
     assert st.state == S.CUTTING and len(parts) == 2          # n2's Epilog has not run yet
-    from slurm_snap.inventory.repository import VolumeSpec
+    from slurm_snap.jobrecords import VolumeRecord
     with env.inv.session() as repo:
         old = repo.job_run(env.job_id, 0)
         run1 = repo.record_job_run(job_id=env.job_id, restart_count=1, user_name="alice", uid=1000,
                                    nodes=list(env.nodes), options=dict(old.options))
-        repo.add_volumes(run1, [VolumeSpec(path=v.path, scope=v.scope, volume_class=v.volume_class,
+        repo.add_volumes(run1, [VolumeRecord(path=v.path, scope=v.scope, volume_class=v.volume_class,
                                            backend=v.backend, node=v.node) for v in repo.volumes(old)])
     return set_id, t_pre
 

@@ -7,7 +7,8 @@ import os
 import re
 from pathlib import Path
 
-from slurm_snap import doctor, entry
+from slurm_snap import entry
+from slurm_snap.doctor import slurm_checks
 from slurm_snap.cli import main
 from slurm_snap.hooks.jobhooks import HOOKS
 from slurm_snap.slurm import hooknames
@@ -49,6 +50,6 @@ def test_doctor_asks_for_every_entry_point(tmp_path):
     from slurm_snap import config
 
     cfg = config.from_dict({"inventory": {"url": f"sqlite:///{tmp_path}/i.db"}})
-    whats = " ".join(f.what for f in doctor.check_slurm(cfg, {}, [], None))
+    whats = " ".join(f.what for f in slurm_checks.check_slurm(cfg, {}, [], None))
     for key in hooknames.ENTRY_POINTS:
         assert f"{key} runs {hooknames.entry_point_name(key)}" in whats

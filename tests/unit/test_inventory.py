@@ -8,9 +8,10 @@ import pytest
 
 from slurm_snap import errors
 from slurm_snap.inventory.models import JobRun
-from slurm_snap.inventory.repository import AckRecord, Inventory, SetFilter, SnapshotRecord, VolumeSpec
+from slurm_snap.inventory.repository import Inventory, SetFilter, SnapshotRecord
+from slurm_snap.jobrecords import Ack, ManifestEntry, VolumeRecord
 from slurm_snap import states as S
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.timezone.utc)
 
@@ -18,9 +19,9 @@ T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.timezone.utc)
 def _job(repo, job_id=100, restart=0, user="alice"):
     run = repo.record_job_run(job_id=job_id, restart_count=restart, user_name=user, uid=1000,
                               partition="low", nodes=["n1", "n2", "n3"], options={"on_preempt": True})
-    vols = repo.add_volumes(run, [VolumeSpec(f"/scratch/{n}/jobs/{job_id}", "node-local", "scratch", "btrfs", n)
+    vols = repo.add_volumes(run, [VolumeRecord(f"/scratch/{n}/jobs/{job_id}", "node-local", "scratch", "btrfs", n)
                                   for n in ("n1", "n2", "n3")]
-                            + [VolumeSpec(f"/pfs/jobs/{job_id}", "shared", "pfs", "btrfs")])
+                            + [VolumeRecord(f"/pfs/jobs/{job_id}", "shared", "pfs", "btrfs")])
     return run, vols
 
 
@@ -141,8 +142,9 @@ def test_acks_snapshots_and_queries(inventory):
     with inventory.session() as repo:
         run, vols = _job(repo)
         st, _ = repo.create_set(run, epoch="e1", trigger="manual", requested_at=T0)
-        acks = [AckRecord(node=f"n{i}", rank=i - 1, local_rank=0, local_size=1, step=7,
-                          written_at=T0 + dt.timedelta(seconds=i), manifest=({"path": "/x", "size": 3},), world_size=3, agreement="collective")
+        acks = [Ack(node=f"n{i}", rank=i - 1, local_rank=0, local_size=1, step=7,
+                    written_at=T0 + dt.timedelta(seconds=i), manifest=(ManifestEntry("/x", 3),), world_size=3,
+                    agreement="collective")
                 for i in (1, 2, 3)]
         assert repo.record_acks(st.id, acks) == 3
         assert repo.record_acks(st.id, acks) == 0  # re-read barrier files: no duplicates
@@ -158,7 +160,7 @@ def test_acks_snapshots_and_queries(inventory):
         assert [a.node for a in repo.acks(st.id)] == ["n1", "n2", "n3"]
         back = repo.ack_records(st.id)
         assert [(a.world_size, a.agreement, a.independent, a.manifest) for a in back] == \
-            [(3, "collective", False, ({"path": "/x", "size": 3},))] * 3
+            [(3, "collective", False, (ManifestEntry("/x", 3),))] * 3
         assert all(a.seen_at is not None for a in back)
         assert len(repo.snapshots(st.id)) == 4
         assert repo.newest_set(100).id == st.id
@@ -199,7 +201,7 @@ def test_concurrent_writers_no_lock_errors(inventory):
             for k in range(5):
                 with inv.session() as repo:
                     run = repo.record_job_run(job_id=1000 + i, restart_count=k, user_name="u", uid=1)
-                    repo.add_volumes(run, [VolumeSpec(f"/v/{i}/{k}", "shared", "pfs", "btrfs")])
+                    repo.add_volumes(run, [VolumeRecord(f"/v/{i}/{k}", "shared", "pfs", "btrfs")])
             inv.dispose()
         except Exception as exc:  # pragma: no cover - the assertion below reports it
             errs.append(exc)

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from slurm_snap.client import parse_ack
+from slurm_snap.jobrecords import Ack
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(REPO, "examples", "train.py")
@@ -136,7 +136,7 @@ class Job:
         for path in sorted((self.dir / "ack").glob("n1.*.json")) if (self.dir / "ack").is_dir() else []:
             raw = path.read_bytes()
             if json.loads(raw)["epoch"] == epoch:
-                ack = parse_ack(raw, JOB, epoch)
+                ack = Ack.from_bytes(raw, JOB, epoch)
                 out[ack.rank] = ack
         return out
 
@@ -360,7 +360,6 @@ def test_a_failed_agreement_does_not_hang_the_rank_and_its_ack_says_so(tmp_path)
     """A peer vanishes: the next agreement fails within its timeout, the rank
     goes on deciding alone, and its acknowledgement says the agreement failed,
     which the verdict refuses to call one point."""
-    from slurm_snap.protocol.barrier import as_record
     from slurm_snap.protocol.verdict import lockstep_problems
 
     barrier = tmp_path / "b"
@@ -376,9 +375,9 @@ def test_a_failed_agreement_does_not_hang_the_rank_and_its_ack_says_so(tmp_path)
     seconds, state = float(failure.split()[1]), failure.split(" ", 2)[2]
     assert state.startswith("failed: ") and seconds < 20, failure
     ack_path = next(line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("ack "))
-    ack = parse_ack(open(ack_path, "rb").read(), "61", "preempt-0")
+    ack = Ack.from_bytes(open(ack_path, "rb").read(), "61", "preempt-0")
     assert ack.agreement.startswith("failed: ") and ack.world_size == 2
-    problems = lockstep_problems([as_record(ack, None)])
+    problems = lockstep_problems([ack])
     assert any("step agreement failed on ranks 0" in p for p in problems), problems
 
 

@@ -16,6 +16,7 @@ import pytest
 from slurm_snap import errors
 from slurm_snap.cli import main
 from slurm_snap.inventory.repository import Inventory
+from slurm_snap.jobrecords import ResumeRecord
 
 from test_report_seed import invoke
 from slurm_snap import access
@@ -263,8 +264,9 @@ def test_parts_a_requeued_run_starts_without_are_told_in_the_jobs_output(site, m
 
     def resume(cfg, inv, job, *, budget=None):
         asked["budget"] = budget
-        return {"set_id": 12, "step": 40, "checkpoint": {"live": "/x", "snapshot": None}, "ranks": {},
-                "missing": ["scratch part of rank(s) 1 (cut on n2) is not on n4: btrfs receive exited with status 1"]}
+        return ResumeRecord.parse({"set_id": 12, "step": 40, "checkpoint": {"live": "/x", "snapshot": None},
+                                   "ranks": {}, "missing": ["scratch part of rank(s) 1 (cut on n2) is not on n4: "
+                                                            "btrfs receive exited with status 1"]})
 
     monkeypatch.setattr("slurm_snap.protocol.preempt.prepare_resume", resume)
     hook_env(monkeypatch, site, "pfs")

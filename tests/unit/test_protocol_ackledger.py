@@ -16,7 +16,7 @@ from slurm_snap import states as S
 from slurm_snap.protocol.ackledger import AckLedger
 from slurm_snap.protocol.barrier import AckCollector, wait_for_barrier
 from slurm_snap.protocol.coordinator import Coordinator
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 NODES = tuple(f"n{i}" for i in range(1, 9))
 
@@ -32,12 +32,12 @@ def world(tmp_path, inventory):
     parametrised `inventory` (SQLite or a real PostgreSQL)."""
     env = make_env(tmp_path, nodes=NODES, record=False)
     inv: Inventory = inventory
-    from slurm_snap.inventory.repository import VolumeSpec
+    from slurm_snap.jobrecords import VolumeRecord
 
     with inv.session() as repo:
         run = repo.record_job_run(job_id=env.job_id, restart_count=0, user_name="alice", uid=1000,
                                   nodes=list(NODES))
-        repo.add_volumes(run, [VolumeSpec(path=f"/v/{n}", scope="node-local", volume_class="scratch",
+        repo.add_volumes(run, [VolumeRecord(path=f"/v/{n}", scope="node-local", volume_class="scratch",
                                           backend="test-copy", node=n) for n in NODES])
         st, _ = repo.create_set(run, epoch="e1", trigger="manual")
         set_id = st.id

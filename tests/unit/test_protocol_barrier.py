@@ -9,7 +9,7 @@ import time
 import pytest
 
 from protocol_fixtures import make_env
-from slurm_snap.client.ack import MAX_ACK_BYTES
+from slurm_snap.jobrecords import MAX_ACK_BYTES
 from slurm_snap.protocol.barrier import AckCollector, wait_for_barrier
 from slurm_snap.watch import Watcher
 

@@ -14,7 +14,7 @@ from slurm_snap import access, errors
 from slurm_snap.cli import main
 from slurm_snap import states as S
 from slurm_snap.protocol.coordinator import Barrier, Coordinator
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 
 class Ranks:
@@ -200,10 +200,10 @@ def test_second_request_while_one_is_in_flight_is_refused(tmp_path):
 def test_shared_volume_in_flight_in_another_job_is_refused(tmp_path):
     env = make_env(tmp_path)
     with env.inv.session() as repo:
-        from slurm_snap.inventory.repository import VolumeSpec
+        from slurm_snap.jobrecords import VolumeRecord
 
         other = repo.record_job_run(job_id=77, restart_count=0, user_name="bob", uid=1001, nodes=["n3"])
-        repo.add_volumes(other, [VolumeSpec(path=env.shared_path, scope="shared", volume_class="pfs",
+        repo.add_volumes(other, [VolumeRecord(path=env.shared_path, scope="shared", volume_class="pfs",
                                             backend="test-copy")])
         st, _ = repo.create_set(other, epoch="sx", trigger="manual", owner="elsewhere:1:1")
     with pytest.raises(errors.Busy) as exc:

@@ -13,7 +13,7 @@ from slurm_snap import states as S
 from slurm_snap.inventory.records import CopyRecord
 from slurm_snap.protocol import nodeloss, preempt
 from slurm_snap.protocol.repair import repair
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 from test_protocol_preempt import job, now, ranks_ack_at_preemption
 
 

@@ -15,8 +15,9 @@ from slurm_snap.jobdir import JobDir
 from slurm_snap.errors import NotFound
 from slurm_snap.protocol import preempt
 from slurm_snap import states as S
+from slurm_snap.protocol.recorder import LocalRecorder
 from slurm_snap.protocol.repair import repair
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,8 @@ def test_resume_json_points_into_the_snapshot(env):
     # the requeued run: its Prolog records run 1 and prepares resume.json
     with env.inv.session() as repo:
         repo.record_job_run(job_id=env.job_id, restart_count=1, user_name="alice", uid=1000, nodes=["n1", "n2"])
-    data = preempt.prepare_resume(env.cfg, env.inv, job(env, "n1"))
-    resume = JobDir(os.path.dirname(env.job_dir), env.job_id).read_resume()
+    data = preempt.prepare_resume(env.cfg, env.inv, job(env, "n1")).to_json()
+    resume = JobDir(os.path.dirname(env.job_dir), env.job_id).read_resume().to_json()
     assert resume == {"set_id": data["set_id"], "step": 11, "checkpoint": data["checkpoint"],
                       "ranks": data["ranks"], "missing": []}
     # Same nodes again: each rank's own checkpoint, in its own node's snapshot.
@@ -134,10 +135,10 @@ def test_requeued_onto_other_nodes_brings_each_ranks_part_and_names_what_is_miss
 
     monkeypatch.setattr(nodelocal, "execute", fake_execute)
     moved = Job(env.job_id, 1, "n3", ("n3", "n4"))
-    data = preempt.prepare_resume(env.cfg, env.inv, moved, budget=7.0)
+    data = preempt.prepare_resume(env.cfg, env.inv, moved, budget=7.0).to_json()
     assert asked["moves"] == [("n1", "n3", (0,), "n1"), ("n2", "n4", (1,), "n2")]
     assert asked["budget"] == 7.0   # the hook's remaining time, under restore.move_budget
-    resume = JobDir(os.path.dirname(env.job_dir), env.job_id).read_resume()
+    resume = JobDir(os.path.dirname(env.job_dir), env.job_id).read_resume().to_json()
     r0, r1 = resume["ranks"]["0"], resume["ranks"]["1"]
     assert (r0["node"], r0["from"], r0["missing"]) == ("n3", "n1", "")
     assert r0["checkpoint"].endswith("/ckpt-rank0.pt") and "/.snapshots/" in r0["checkpoint"]
@@ -336,7 +337,7 @@ def test_the_request_time_is_what_the_ranks_observed_and_early_release_is_record
     assert (st.release, abs((st.released_at - first).total_seconds() - 2.0) < 1e-3) == ("early", True)
     assert st.barrier_at == max(a.written_at for a in acks)
     # A repeated non-head Epilog does not turn the early release back into the kill.
-    preempt.LocalRecorder(env.cfg, env.inv).record(set_id=st.id, job_id=env.job_id, node="n2", parts=[],
+    LocalRecorder(env.cfg, env.inv).record(set_id=st.id, job_id=env.job_id, node="n2", parts=[],
                                                    preempt_known=True, preempt_time=guess.timestamp())
     assert the_set(env)[0].release == "early"
     # A later hook with Slurm's guess does not move the observed time back.

@@ -18,7 +18,7 @@ from slurm_snap.cli import main
 from slurm_snap.protocol import owner
 from slurm_snap import states as S
 from slurm_snap.protocol.repair import repair
-from inventory_helpers import sets_of_job
+from testkit.inventory_helpers import sets_of_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))

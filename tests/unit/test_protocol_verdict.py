@@ -7,7 +7,8 @@ import pytest
 
 from slurm_snap import states as S
 from slurm_snap.protocol.repair import stale_reason
-from slurm_snap.inventory.records import AckRecord, SnapshotRecord
+from slurm_snap.inventory.records import SnapshotRecord
+from slurm_snap.jobrecords import Ack
 from slurm_snap.protocol.verdict import decide, expected_parts, judge, node_barriers, skew
 
 T0 = dt.datetime(2025, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -28,8 +29,8 @@ VOLS = [Vol(1, "n1", "node-local", "scratch"), Vol(2, "n2", "node-local", "scrat
 
 
 def ack(node, rank, local_rank, local_size, step, written, seen, **kw):
-    return AckRecord(node=node, rank=rank, local_rank=local_rank, local_size=local_size, step=step,
-                     written_at=at(written), seen_at=at(seen), **kw)
+    return Ack(node=node, rank=rank, local_rank=local_rank, local_size=local_size, step=step,
+               written_at=at(written), seen_at=at(seen), **kw)
 
 
 def acks(nodes=NODES, written=10, seen=20, step=5, local_size=1, **kw):

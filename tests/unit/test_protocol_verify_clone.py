@@ -5,9 +5,10 @@ import dataclasses
 import os
 import shutil
 
-import doubles
+from testkit import doubles
 from slurm_snap.backends.transport import LocalTransport
-from slurm_snap.protocol.cutter import VERIFY_CLONE_PREFIX, Entry, VolumeInfo, verify
+from slurm_snap.jobrecords import VolumeRecord
+from slurm_snap.protocol.cutter import VERIFY_CLONE_PREFIX, Entry, verify
 
 
 class Pathless(doubles.CopyBackend):
@@ -40,7 +41,8 @@ def _setup(tmp_path):
     backend = Pathless({}, LocalTransport())
     ref = backend.create(str(vol), "slurm-snap-42-1-1")
     assert ref.path is None
-    return vol, backend, ref, VolumeInfo(1, str(vol), "shared", "", "zfs", backend.name)
+    return vol, backend, ref, VolumeRecord(path=str(vol), scope="shared", volume_class="zfs", backend=backend.name,
+                                           id=1)
 
 
 def test_checked_through_a_clone_next_to_the_volume_and_removed(tmp_path):

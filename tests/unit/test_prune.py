@@ -10,7 +10,8 @@ import pytest
 from slurm_snap import errors
 from slurm_snap.backends import factory
 from slurm_snap.cli import main
-from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
+from slurm_snap.inventory.repository import Inventory, SnapshotRecord
+from slurm_snap.jobrecords import VolumeRecord
 from slurm_snap import states as S
 from slurm_snap.restore.parts import backend_resolver
 from slurm_snap.retention.prune import Pruner
@@ -45,7 +46,7 @@ def add_second_snapshot(inv, w, set_id):
     backend = factory.backend_for_class(w.cfg, w.cfg.volume_class("scratch"), None)
     with inv.session() as repo:
         run = repo.job_run(42)
-        (vol,) = repo.add_volumes(run, [VolumeSpec(path=live2, scope="shared", volume_class="scratch",
+        (vol,) = repo.add_volumes(run, [VolumeRecord(path=live2, scope="shared", volume_class="scratch",
                                                    backend=NAME)])
         ref = backend.create(live2, f"b-{set_id}")
         repo.record_parts(set_id, [SnapshotRecord(volume_id=vol.id, backend=NAME, name=ref.name, ref=ref.ref,
@@ -277,7 +278,7 @@ def test_cli_text_prints_local_time_as_report_does(cli_world):
 
     from slurm_snap.cli import prune_cmd
     from slurm_snap.cli.context import Ctx
-    from slurm_snap.report.slurmtime import format_time
+    from slurm_snap.slurm.slurmtime import format_time
 
     w, inv = cli_world
     ids = history(inv, w, n=2)

@@ -281,7 +281,8 @@ def _all_missing_set(url: str) -> int:
     """A job whose two volumes both failed to cut: the coordinator records a
     MISSING part for each, with the error, and the set FAILs."""
     from slurm_snap import states as S
-    from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
+    from slurm_snap.inventory.repository import Inventory, SnapshotRecord
+    from slurm_snap.jobrecords import VolumeRecord
     from test_report_seed import at
 
     inv = Inventory(url)
@@ -289,9 +290,9 @@ def _all_missing_set(url: str) -> int:
         run = repo.record_job_run(job_id=1004, restart_count=0, user_name="alice", uid=2001, partition="gpu",
                                   nodes=["n1"])
         vols = repo.add_volumes(run, [
-            VolumeSpec(path="/scratch/n1/jobs/1004", scope="node-local", volume_class="scratch", backend="btrfs",
+            VolumeRecord(path="/scratch/n1/jobs/1004", scope="node-local", volume_class="scratch", backend="btrfs",
                        node="n1"),
-            VolumeSpec(path="/pfs/users/alice/run7", scope="shared", volume_class="pfs", backend="btrfs")])
+            VolumeRecord(path="/pfs/users/alice/run7", scope="shared", volume_class="pfs", backend="btrfs")])
         t = at("2026-11-30T11:30:00")
         st, _ = repo.create_set(run, epoch="m-9", trigger="manual", requested_at=t)
         repo.transition(st.id, S.CUTTING, at=t)

@@ -17,7 +17,8 @@ import pytest
 from slurm_snap import access
 from slurm_snap.cli.context import Ctx
 from slurm_snap.inventory.models import BarrierAck, Event, RestoreTest
-from slurm_snap.inventory.repository import Inventory, SnapshotRecord, VolumeSpec
+from slurm_snap.inventory.repository import Inventory, SnapshotRecord
+from slurm_snap.jobrecords import VolumeRecord
 from slurm_snap import states as S
 
 UTC = dt.timezone.utc
@@ -74,26 +75,26 @@ def seed(url: str) -> dict[str, int]:
         r1 = repo.record_job_run(job_id=1001, restart_count=0, user_name="alice", uid=2001, partition="gpu",
                                  nodes=["n1", "n2"])
         v1 = repo.add_volumes(r1, [
-            VolumeSpec(path="/scratch/n1/jobs/1001", scope="node-local", volume_class="scratch",
+            VolumeRecord(path="/scratch/n1/jobs/1001", scope="node-local", volume_class="scratch",
                        backend="btrfs", node="n1", site="lab", region="eu"),
-            VolumeSpec(path="/pfs/jobs/1001", scope="shared", volume_class="pfs", backend="xfs-reflink",
+            VolumeRecord(path="/pfs/jobs/1001", scope="shared", volume_class="pfs", backend="xfs-reflink",
                        site="lab", region="eu"),
         ])
         r20 = repo.record_job_run(job_id=1002, restart_count=0, user_name="bob", uid=2002, partition="gpu",
                                   nodes=["n3"])
-        v20 = repo.add_volumes(r20, [VolumeSpec(path="/pfs/jobs/1002", scope="shared", volume_class="pfs",
+        v20 = repo.add_volumes(r20, [VolumeRecord(path="/pfs/jobs/1002", scope="shared", volume_class="pfs",
                                                 backend="xfs-reflink", site="lab", region="us")])
         r21 = repo.record_job_run(job_id=1002, restart_count=1, user_name="bob", uid=2002, partition="gpu",
                                   nodes=["n3"])
         v21 = repo.add_volumes(r21, [
-            VolumeSpec(path="/pfs/jobs/1002", scope="shared", volume_class="pfs", backend="xfs-reflink",
+            VolumeRecord(path="/pfs/jobs/1002", scope="shared", volume_class="pfs", backend="xfs-reflink",
                        site="lab", region="us"),
-            VolumeSpec(path="/tank/jobs/1002", scope="shared", volume_class="tank", backend="zfs",
+            VolumeRecord(path="/tank/jobs/1002", scope="shared", volume_class="tank", backend="zfs",
                        site="lab", region="us"),
         ])
         r3 = repo.record_job_run(job_id=1003, restart_count=0, user_name="carol", uid=2003, partition="cpu",
                                  nodes=["n4"])
-        repo.add_volumes(r3, [VolumeSpec(path="/pfs/jobs/1003", scope="shared", volume_class="pfs",
+        repo.add_volumes(r3, [VolumeRecord(path="/pfs/jobs/1003", scope="shared", volume_class="pfs",
                                          backend="xfs-reflink")])
 
         a = _set(repo, r1, v1, epoch="m-1", trigger="manual", requested=at("2026-11-30T09:00:00"),

@@ -13,7 +13,7 @@ from slurm_snap.restore import drill as drill_mod
 from slurm_snap.restore.drill import Drill
 
 from test_restore_support import OWNER, add_set, tree_digest, world  # noqa: F401  (fixture)
-from inventory_helpers import restore_tests, sets_of_job
+from testkit.inventory_helpers import restore_tests, sets_of_job
 
 @pytest.fixture(autouse=True)
 def _needs_root():
@@ -210,7 +210,7 @@ def test_keep_leaves_clones_until_cleanup(inventory, world):
     d = drill(inventory, world)
     out = d.run("42", command=world.command("ok"), deadline=60, keep=True)
     assert out.passed and os.path.isdir(os.path.join(out.namespace, "scratch"))
-    assert any("removed" in m for m in d.sweep(include_kept=True))
+    assert any("removed" in m for m in d.sweeper.sweep(include_kept=True))
     assert leftovers(world) == []
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from slurm_snap import config as config_mod
 from slurm_snap import errors
-from slurm_snap.restore.drill import parse_command, parse_selector, verdict
+from slurm_snap.restore.outcome import verdict
+from slurm_snap.restore.plan import parse_command, parse_selector
 from slurm_snap.restore.guard import check_target, relation
 from slurm_snap.restore.runner import RunResult, run_program
 

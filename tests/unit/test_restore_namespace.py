@@ -8,7 +8,13 @@ import stat
 import pytest
 
 from slurm_snap import errors
+from slurm_snap.restore import journal as journal_mod
 from slurm_snap.restore import namespace as nsmod
+from slurm_snap.restore.journal import Clone, Journal
+
+
+def journal(**kw) -> Journal:
+    return Journal(set_id=4, test_id=1, host="ctl", pid=1, started_at="2026-12-03T08:00:00+00:00", **kw)
 
 
 def test_namespace_and_marker_dir_modes_and_owner(tmp_path):
@@ -76,13 +82,14 @@ def test_cleanup_removes_the_alternative_namespace_on_every_host(tmp_path, monke
     ns = nsmod.namespace_path(str(tmp_path), 4, 1)
     nsmod.make_namespace(str(tmp_path), ns, os.getuid(), os.getgid())
     alt = nsmod.alt_namespace("/scratch/jobs/.snapshots/s1", ns)
-    nsmod.write_state(ns, {"namespaces": [alt], "clones": [
-        {"node": n, "path": f"{alt}/scratch@{n}", "ns": alt} for n in ("n1", "n2", "n3")]})
+    journal_mod.write(ns, journal(namespaces=(alt,), clones=tuple(
+        Clone(snapshot_id=1, path=f"{alt}/scratch@{n}", ns=alt, live="/scratch/jobs/4", volume_class="scratch", node=n)
+        for n in ("n1", "n2", "n3"))))
     backends = {n: SimpleNamespace(transport=SimpleNamespace(where=f"root@{n}")) for n in ("n1", "n2", "n3")}
     removed, emptied = [], []
     monkeypatch.setattr(nsmod, "remove_clone", lambda b, path, where: removed.append((b.transport.where, path)))
     monkeypatch.setattr(nsmod, "_remove_empty_dir", lambda b, path: emptied.append((b.transport.where, path)))
-    assert nsmod.cleanup_namespace(ns, lambda entry: backends[entry["node"]]) == []
+    assert nsmod.cleanup_namespace(ns, lambda clone: backends[clone.node]) == []
     assert sorted(removed) == [(f"root@{n}", f"{alt}/scratch@{n}") for n in ("n1", "n2", "n3")]
     assert sorted(emptied) == [(f"root@{n}", alt) for n in ("n1", "n2", "n3")]
     assert not os.path.exists(ns)
@@ -93,8 +100,8 @@ def test_cleanup_takes_a_killed_writers_temporary_as_its_own_but_nothing_else(tm
     leaves its temporary, which must not keep the namespace forever."""
     ns = nsmod.namespace_path(str(tmp_path), 4, 2)
     nsmod.make_namespace(str(tmp_path), ns, os.getuid(), os.getgid())
-    nsmod.write_state(ns, {"clones": []})
-    with open(os.path.join(ns, f".{nsmod.STATE_FILE}.123.456.abcd.tmp"), "w") as f:
+    journal_mod.write(ns, journal())
+    with open(os.path.join(ns, f".{journal_mod.FILE}.123.456.abcd.tmp"), "w") as f:
         f.write("{")
     assert nsmod.cleanup_namespace(ns, lambda entry: None) == []
     assert not os.path.exists(ns)

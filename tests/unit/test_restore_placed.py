@@ -21,13 +21,15 @@ from slurm_snap import states as S
 from slurm_snap.access import Caller
 from slurm_snap.backends import factory
 from slurm_snap.backends import transfer as xfer
-from slurm_snap.inventory.repository import SnapshotRecord, VolumeSpec
-from slurm_snap.restore import drill as drill_mod
-from slurm_snap.restore.drill import Drill, Placement
+from slurm_snap.inventory.repository import SnapshotRecord
+from slurm_snap.jobrecords import VolumeRecord
+from slurm_snap.restore import placement as placement_mod
+from slurm_snap.restore.drill import Drill
+from slurm_snap.restore.placement import Placement
 from slurm_snap.restore.runner import run_program
 
 from test_restore_support import NAME, OWNER, T0, world  # noqa: F401  (fixture)
-from inventory_helpers import restore_tests
+from testkit.inventory_helpers import restore_tests
 
 ROOT = Caller(uid=0, name="root")
 NODES = ["n1", "n2", "n3", "n4"]
@@ -47,7 +49,7 @@ def add_node_local_set(inv, w, *, nodes=("n1",)) -> int:
     with inv.session() as repo:
         run = repo.record_job_run(job_id=42, restart_count=0, user_name=OWNER, uid=w.uid, nodes=list(nodes),
                                   options={})
-        vols = repo.add_volumes(run, [VolumeSpec(path=w.live, scope="node-local", volume_class="scratch",
+        vols = repo.add_volumes(run, [VolumeRecord(path=w.live, scope="node-local", volume_class="scratch",
                                                  backend=NAME, node=n) for n in nodes])
         st, _ = repo.create_set(run, epoch="e1", trigger="manual", requested_at=T0)
         repo.transition(st.id, S.CUTTING, at=T0)
@@ -225,7 +227,7 @@ def test_usable_nodes_are_the_ones_slurm_would_run_on(monkeypatch):
 
     monkeypatch.setattr(commands, "node_states", lambda timeout=10.0: {
         "n1": ("idle", ""), "n2": ("drained", "disk failure"), "n3": ("mixed", ""), "n4": ("down*", "gone")})
-    assert drill_mod._usable_nodes() == ["n1", "n3"]
+    assert placement_mod.usable_nodes() == ["n1", "n3"]
 
 
 def test_cli_placement_flags(world, capsys):

@@ -25,7 +25,8 @@ from slurm_snap import errors
 from slurm_snap.backends import factory
 from slurm_snap.backends.base import Backend, Capabilities, SnapshotRef, check_abs_path, check_name
 from slurm_snap.backends.registry import default_registry
-from slurm_snap.inventory.repository import SnapshotRecord, VolumeSpec
+from slurm_snap.inventory.repository import SnapshotRecord
+from slurm_snap.jobrecords import VolumeRecord
 from slurm_snap import states as S
 
 NAME = "test-dircopy"
@@ -224,7 +225,7 @@ def add_set(inv, w: World, *, job_id: int = 42, epoch: str = "e1", state: str = 
     with inv.session() as repo:
         run = repo.record_job_run(job_id=job_id, restart_count=0, user_name=user,
                                   uid=w.uid if uid is None else uid, options=options or {})
-        (vol,) = repo.add_volumes(run, [VolumeSpec(path=live, scope="shared", volume_class="scratch",
+        (vol,) = repo.add_volumes(run, [VolumeRecord(path=live, scope="shared", volume_class="scratch",
                                                    backend=NAME)])
         st, _ = repo.create_set(run, epoch=epoch, trigger="manual", requested_at=at)
         set_id = st.id

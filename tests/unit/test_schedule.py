@@ -305,6 +305,8 @@ def test_with_partner_copies_drills_start_after_the_copies_and_are_placed(invent
 
     # The runner's own drill: placed on other nodes, from partner copies, node-local sets only.
     from slurm_snap.restore import drill as drill_mod
+    from slurm_snap.restore.outcome import Outcome
+    from slurm_snap.restore.placement import Placement
 
     asked = {}
 
@@ -314,7 +316,7 @@ def test_with_partner_copies_drills_start_after_the_copies_and_are_placed(invent
 
         def run(self, selector, **kw):
             asked.update(selector=selector, **kw)
-            return drill_mod.Outcome(set_id=set_id, job_id=1, test_id=1, passed=True, reason="")
+            return Outcome(set_id=set_id, job_id=1, test_id=1, passed=True, reason="")
 
     monkeypatch.setattr(drill_mod, "Drill", Recording)
     from slurm_snap.schedule import DrillCandidate
@@ -322,4 +324,4 @@ def test_with_partner_copies_drills_start_after_the_copies_and_are_placed(invent
     Runner(cfg, inventory)._drill(DrillCandidate(set_id=set_id, job_id=1, user_name="alice", cut_at=T0,
                                                  resume_cmd="x"))
     assert asked["selector"] == f"set:{set_id}" and asked["submitter"] is not None
-    assert asked["placement"] == drill_mod.Placement(prefer_copies=True, only_node_local=True)
+    assert asked["placement"] == Placement(prefer_copies=True, only_node_local=True)

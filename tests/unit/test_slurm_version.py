@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_snap import doctor, errors
+from slurm_snap import errors
+from slurm_snap.doctor import slurm_checks
 from slurm_snap.config import Config
 from slurm_snap.slurm import commands, version
 from slurm_snap.slurm.version import SlurmVersion
@@ -58,7 +59,7 @@ def test_prolog_epilog_timeout_split_in_25_05():
 
 
 def _signal_finding(slurm: dict[str, str]):
-    found = [f for f in doctor.check_slurm(Config(path="/x.toml"), slurm, [], None)
+    found = [f for f in slurm_checks.check_slurm(Config(path="/x.toml"), slurm, [], None)
              if f.what.startswith("the user's signal is sent at preemption")]
     assert len(found) == 1
     return found[0]
@@ -80,7 +81,7 @@ def test_doctor_on_22_05_wants_slurmctld_parameters():
 
 def test_doctor_checks_the_split_hook_timeouts_on_25_05():
     cfg = Config(path="/x.toml")
-    whats = [f.what for f in doctor.check_slurm(cfg, {"SLURM_VERSION": "25.05.0", "PrologTimeout": "5",
+    whats = [f.what for f in slurm_checks.check_slurm(cfg, {"SLURM_VERSION": "25.05.0", "PrologTimeout": "5",
                                                       "EpilogTimeout": "10", "PrologEpilogTimeout": "500"}, [], None)
              if "hook budget" in f.what]
     assert any("PrologTimeout 5 s" in w for w in whats) and any("EpilogTimeout 10 s" in w for w in whats)
@@ -149,7 +150,7 @@ def test_doctor_finds_the_hooks_in_24_11s_indexed_lines():
     cfg = Config(path="/x.toml")
     slurm = {"SLURM_VERSION": "24.11.5", "Prolog[0]": "/site/other-prolog", "Prolog[1]": "/x/slurm-snap-prolog",
              "Epilog[0]": "/x/slurm-snap-epilog", "PrologSlurmctld[0]": "/x/slurm-snap-prolog-slurmctld"}
-    found = {f.what: f.ok for f in doctor.check_slurm(cfg, slurm, [], None) if " runs slurm-snap" in f.what}
+    found = {f.what: f.ok for f in slurm_checks.check_slurm(cfg, slurm, [], None) if " runs slurm-snap" in f.what}
     assert found == {"Prolog runs slurm-snap-prolog": True, "Epilog runs slurm-snap-epilog": True,
                      "PrologSlurmctld runs slurm-snap-prolog-slurmctld": True,
                      "EpilogSlurmctld runs slurm-snap-epilog-slurmctld": False}

@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 
 from slurm_snap.errors import BadValueError
-from slurm_snap.report.slurmtime import format_elapsed, format_time, iso_utc, parse_time
+from slurm_snap.slurm.slurmtime import format_elapsed, format_time, iso_utc, parse_time
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 30, 15, 45, 30, tzinfo=UTC)

@@ -19,7 +19,7 @@ import pytest
 
 from realcomponents import require
 from slurm_snap.errors import BadValueError
-from slurm_snap.report.slurmtime import parse_time
+from slurm_snap.slurm.slurmtime import parse_time
 
 UTC = dt.timezone.utc
 

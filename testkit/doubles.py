@@ -1,6 +1,6 @@
-"""Test and benchmark doubles that plug into the real code paths (tests/ is
-on sys.path for tests; benchmarks put it there too: one module name, so the
-backend registry sees one class per name).
+"""Test and benchmark doubles that plug into the real code paths, imported
+by both as `testkit.doubles`: one module name, so the backend registry sees
+one class per name.
 
 - CopyBackend ("test-copy"): snapshots a directory by copying it; idempotent
   names, a claim file naming the volume, list/exists/delete: enough of the
@@ -26,7 +26,8 @@ from typing import Sequence
 
 from slurm_snap.backends import registry
 from slurm_snap.backends.base import Backend, Capabilities, SnapshotRef, check_abs_path, check_name
-from slurm_snap.client.ack import ManifestEntry, ack_filename, build_ack
+from slurm_snap.jobdir import ack_filename
+from slurm_snap.jobrecords import Ack, ManifestEntry
 from slurm_snap.clock import utcnow
 from slurm_snap.errors import BackendError, NotFound, SnapshotCollision
 
@@ -163,8 +164,8 @@ def write_ack(ack_dir: str, job_id: int, epoch: str, p: RankPlan, step: int, *, 
     """A rank's acknowledgement, renamed into place. Not fsio.atomic_write:
     the barrier benchmark stamps the moment right after the rename, and the
     directory fsync atomic_write adds would land after the waiter woke."""
-    data = build_ack(job_id=str(job_id), epoch=epoch, node=p.node, rank=p.rank, local_rank=p.local_rank,
-                     local_size=p.local_size, step=step, written_at=utcnow(), manifest=p.manifest)
+    data = Ack(job_id=str(job_id), epoch=epoch, node=p.node, rank=p.rank, local_rank=p.local_rank,
+               local_size=p.local_size, step=step, written_at=utcnow(), manifest=p.manifest).to_bytes()
     name = ack_filename(p.node, p.rank)
     tmp = os.path.join(ack_dir, f".{name}.tmp")
     with open(tmp, "wb") as f:

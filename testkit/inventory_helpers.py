@@ -2,8 +2,7 @@
 verbs: reads composed of those verbs (so the tests exercise the queries the
 product runs), and bulk seeding for large synthetic inventories.
 
-tests/ is on sys.path for tests (conftest.py) and for benchmarks
-(benchmarks/common.py): import this as `inventory_helpers`.
+Imported as `testkit.inventory_helpers` by both.
 """
 from __future__ import annotations
 

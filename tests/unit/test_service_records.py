@@ -1,0 +1,79 @@
+"""The hook operations' typed arguments and results across the service's
+JSON (service/records.py): what a node's RemoteRecorder encodes, the
+service decodes by the LocalRecorder's type hints into the same records,
+and back. A bad field is named, never a traceback."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from slurm_snap.errors import BadValueError
+from slurm_snap.inventory.records import Refusal, SnapshotRecord
+from slurm_snap.jobrecords import Ack, EarlyDecision, ManifestEntry, ResumeRank, ResumeRecord, VolumeRecord
+from slurm_snap.protocol.recorder import OPS, OPS_METHODS, JobFacts, LocalRecorder, OpenedSet
+from slurm_snap.protocol.resume import ResumePoint
+from slurm_snap.service.records import decode_call, decode_result, encode
+
+T0 = dt.datetime(2026, 12, 3, 10, 0, tzinfo=dt.timezone.utc)
+ACK = Ack(node="n1", rank=0, local_rank=0, local_size=1, step=5, written_at=T0,
+          manifest=(ManifestEntry("/pfs/c/rank-0.pt", 9),), world_size=2, signalled_at=T0, job_id="7",
+          epoch="preempt-0", seen_at=T0 + dt.timedelta(seconds=1))
+PART = SnapshotRecord(volume_id=3, backend="btrfs", name="s-3", ref="/s/.snap/s-3", path="/s/.snap/s-3", node="n1",
+                      cut_started_at=T0, cut_at=None, state="MISSING", error="boom", manifest_ok=None)
+VOLUME = VolumeRecord(path="/s/jobs/7", scope="node-local", volume_class="scratch", backend="btrfs", node="n1", id=3)
+
+CALLS = {
+    "preempt-open": dict(job_id=7, restart_count=1, node="n1", nodes=["n1", "n2"], preempt_time=1.5e9),
+    "preempt-cutting": dict(set_id=4, acks=[ACK]),
+    "preempt-record": dict(set_id=4, job_id=7, node="n1", parts=[PART], preempt_known=True,
+                           early=EarlyDecision(epoch="preempt-0", decision="requeued", at=1.5e9, why="x"),
+                           preempt_time=None),
+    "resume-point": dict(job_id=7, nodes=["n3"], restart_count=1, budget=7.0),
+    "hook-failed": dict(hook="epilog", detail="boom", job_id=7, node="n1"),
+    "volume-refused": dict(job=JobFacts(job_id=7, restart_count=0, user="alice", uid=1000, partition="low",
+                                        nodes=("n1",), volumes=("scratch",), options={"consistency": "app"}),
+                           node="n1", refused=[Refusal(node="n1", path="/s/jobs/7", why="a link")], specs=[VOLUME]),
+}
+RESULTS = {
+    "preempt-open": OpenedSet(set_id=4, epoch="preempt-1", state="QUIESCING", nodes=("n1", "n2"), volumes=(VOLUME,),
+                              uid=1000),
+    "preempt-cutting": "",
+    "preempt-record": "set 4 COMPLETE app-consistent",
+    "resume-point": ResumePoint(resume=ResumeRecord(set_id=4, step=5, live="/pfs/c", snapshot=None,
+                                                    ranks=(ResumeRank(0, "n3", "n1", "/s/c", None, "gone"),),
+                                                    missing=("gone",)), uid=1000),
+    "hook-failed": None,
+    "volume-refused": 1,
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_arguments_and_results_cross_the_wire_as_the_same_records(op):
+    method = getattr(LocalRecorder, OPS_METHODS[op])
+    wire = json.loads(json.dumps({k: encode(v) for k, v in CALLS[op].items()}))
+    assert decode_call(method, wire, op) == CALLS[op]
+    assert decode_result(method, json.loads(json.dumps(encode(RESULTS[op]))), op) == RESULTS[op]
+
+
+def test_every_operation_has_a_call_here():
+    assert set(CALLS) == set(OPS) == set(RESULTS)
+
+
+@pytest.mark.parametrize("args,named", [
+    ({"set_id": 4, "acks": [{"ack": ACK.to_json(), "seen_at": "yesterday"}]}, "preempt-cutting.acks[0].seen_at"),
+    ({"set_id": 4, "acks": [{"ack": {**ACK.to_json(), "rank": -1}, "seen_at": None}]}, "'rank'"),
+    ({"set_id": "4", "acks": []}, "preempt-cutting.set_id"),
+    ({"set_id": 4, "acks": [], "extra": 1}, "preempt-cutting.extra"),
+])
+def test_a_bad_argument_is_named(args, named):
+    with pytest.raises(BadValueError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        decode_call(LocalRecorder.cutting, args, "preempt-cutting")
+
+
+def test_a_part_with_an_unknown_field_is_named():
+    part = {**encode(PART), "colour": "red"}
+    with pytest.raises(BadValueError, match="parts\\[0\\].colour"):
+        decode_call(LocalRecorder.record, {"set_id": 4, "job_id": 7, "node": "n1", "parts": [part],
+                                           "preempt_known": True}, "preempt-record")
