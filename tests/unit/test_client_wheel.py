@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_snap.client import parse_ack
+from slurm_snap.jobrecords.ack import Ack
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("client_wheel", ROOT / "packaging" / "client_wheel.py")
@@ -91,6 +91,6 @@ def test_a_rank_commits_in_a_clean_venv(clean_venv, tmp_path):
     out = json.loads(r.stdout)
     assert out["heavy"] == [] and out["cli"] == "ModuleNotFoundError"
     # The coordinator (this full install) accepts what the wheel's client wrote.
-    ack = parse_ack(Path(out["ack"]).read_bytes(), "42", "preempt-0")
+    ack = Ack.from_bytes(Path(out["ack"]).read_bytes(), "42", "preempt-0")
     assert (ack.node, ack.rank, ack.step) == ("n1", 0, 7)
     assert [e.path for e in ack.manifest] == [str(weights)]
