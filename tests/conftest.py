@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from realcomponents import in_ci, mariadb_url, pg_url, require  # noqa: E402,F401
+from testkit.inventory_helpers import reset_mariadb, reset_pg  # noqa: E402
 
 
 _TEST_RUN_CHOICES = frozenset({"SLURM_SNAP_SLURM", "SLURM_SNAP_VENV"})
@@ -52,30 +53,6 @@ def _signal_state():
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def _reset_pg(url: str) -> None:
-    from sqlalchemy import create_engine, text
-
-    eng = create_engine(url)
-    with eng.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
-    eng.dispose()
-
-
-def _reset_mariadb(url: str) -> None:
-    from sqlalchemy import create_engine, text
-
-    eng = create_engine(url)
-    with eng.begin() as conn:
-        names = [r[0] for r in conn.execute(text(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"))]
-        conn.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
-        for name in names:
-            conn.execute(text(f"DROP TABLE `{name}`"))
-        conn.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
-    eng.dispose()
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres),
                         pytest.param("mariadb", marks=pytest.mark.mariadb)])
 def inventory(request, tmp_path):
@@ -89,7 +66,7 @@ def inventory(request, tmp_path):
         require(bool(url), "no MariaDB: run scripts/mariadb start /var/tmp/slurm-snap-mariadb --listen 127.0.0.1 "
                            "--port 3307 or set SLURM_SNAP_TEST_MARIADB_URL")
         try:
-            _reset_mariadb(url)
+            reset_mariadb(url)
         except Exception as exc:  # server down
             require(False, f"MariaDB at {url} unreachable: {exc}")
     else:
@@ -97,7 +74,7 @@ def inventory(request, tmp_path):
         require(bool(url), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg "
                            "or set SLURM_SNAP_TEST_PG_URL")
         try:
-            _reset_pg(url)
+            reset_pg(url)
         except Exception as exc:  # server down
             require(False, f"PostgreSQL at {url} unreachable: {exc}")
     inv = Inventory(url)

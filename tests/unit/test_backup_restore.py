@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 
 from realcomponents import mariadb_url, require
 from slurm_snap.cli import report_cmd, show_cmd
+from testkit.inventory_helpers import reset_mariadb, reset_pg
 from test_report_seed import ROOT, invoke, report_pg_server, seed, write_config  # noqa: F401  (fixtures)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "backup.md"
@@ -68,8 +69,6 @@ def test_sqlite_online_backup_and_restore(tmp_path):
 
 @pytest.mark.postgres
 def test_pg_dump_and_pg_restore(tmp_path, report_pg_server):
-    from conftest import _reset_pg
-
     url = report_pg_server
     seed(url)
     config = write_config(tmp_path, url, operators=("root",))
@@ -78,18 +77,16 @@ def test_pg_dump_and_pg_restore(tmp_path, report_pg_server):
     libpq = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     subs = {"postgresql://slurmsnap:SECRET@dbhost:5432/slurmsnap": libpq, "/backup/": f"{tmp_path}/"}
     run(backup, subs, config)
-    _reset_pg(url)
+    reset_pg(url)
     run(restore, subs, config)
     assert read_back(config) == before
 
 
 @pytest.mark.mariadb
 def test_mariadb_dump_and_restore(tmp_path):
-    from conftest import _reset_mariadb
-
     url = mariadb_url()
     require(bool(url), "no MariaDB: scripts/test starts one (SLURM_SNAP_TEST_MARIADB_URL)")
-    _reset_mariadb(url)
+    reset_mariadb(url)
     seed(url)
     config = write_config(tmp_path, url, operators=("root",))
     before = read_back(config)
@@ -99,7 +96,7 @@ def test_mariadb_dump_and_restore(tmp_path):
             f"--host={u.host} --port={u.port} --user={u.username} --password={u.password} {u.database}",
             "/backup/": f"{tmp_path}/"}
     run(backup, subs, config)
-    _reset_mariadb(url)
+    reset_mariadb(url)
     run(restore, subs, config)
     assert read_back(config) == before
-    _reset_mariadb(url)
+    reset_mariadb(url)
