@@ -2,7 +2,7 @@
 roots to install them into (scripts/package; docs/packaging.md).
 
 A build costs minutes (a debootstrap root on a cold machine, pip fetching the
-pinned wheels, xz), so each package is kept under the test state directory
+pinned wheels, compression), so each package is kept under the test state directory
 keyed by a hash of every file the build copies; a later run on the same tree
 reuses it. Shared by test_package.py and test_package_cluster.py.
 """
@@ -61,29 +61,79 @@ def _prerequisites() -> None:
     require(shutil.which("debootstrap") is not None, "debootstrap not installed (scripts/test installs it)")
 
 
-def _build(kind: str, *args: str, out_name: str, tree: Path = ROOT, key: str | None = None) -> Path:
-    """scripts/package KIND ... into the cache dir of this tree state, once."""
+Wanted = tuple[str, tuple[str, ...], str]     # (scripts/package KIND, its ARGS, the file it makes: a glob)
+
+
+def _build_many(wanted: list[Wanted], tree: Path = ROOT) -> list[Path]:
+    """scripts/package KIND ARGS... for each one not yet in the cache dir of
+    this tree state, all at once: the Debian 12 and 13 builds and the RPM
+    wait mostly on the network (debootstrap, apt, pip) and little on each
+    other, so on a cold machine together they take about the longest one's
+    time rather than the sum (docs/packaging.md has the figures)."""
     _prerequisites()
-    out = state_dir() / "packages" / (key or tree_hash(tree))
+    out = state_dir() / "packages" / tree_hash(tree)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)   # two tests asking at once build once
-        found = sorted(out.glob(out_name))
-        if found:
-            return found[0]
-        t0 = time.monotonic()
-        r = subprocess.run([str(PACKAGE), kind, *args, str(out), "--tree", str(tree)],
-                           capture_output=True, text=True, timeout=3600)
-        assert r.returncode == 0, f"scripts/package {kind} {' '.join(args)} failed:\n{r.stderr[-4000:]}"
-        TIMINGS[f"{kind} {' '.join(args)}".strip()] = time.monotonic() - t0
-        found = sorted(out.glob(out_name))
-        assert found, f"scripts/package {kind} made no {out_name} in {out}: {r.stderr[-2000:]}"
-        return found[0]
+    found: dict[int, Path] = {}
+    running: list[tuple[int, str, subprocess.Popen, float]] = []
+    locks = []
+    try:
+        # One lock per package, taken in one order: two tests asking for the
+        # same package build it once, different ones build side by side.
+        for i, (kind, args, made) in sorted(enumerate(wanted), key=lambda w: w[1][2]):
+            lock = open(out / f".lock-{made.replace('*', '_')}", "w")
+            locks.append(lock)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            have = sorted(out.glob(made))
+            if have:
+                found[i] = have[0]
+                continue
+            what = " ".join((kind, *args))
+            with open(out / f"{what.replace(' ', '-')}.stderr", "w") as err:
+                proc = subprocess.Popen([str(PACKAGE), kind, *args, str(out), "--tree", str(tree)],
+                                        stdout=subprocess.DEVNULL, stderr=err)
+            running.append((i, what, proc, time.monotonic()))
+        for i, what, proc, t0 in running:
+            code = proc.wait(timeout=3600)
+            TIMINGS[what] = time.monotonic() - t0
+            log = (out / f"{what.replace(' ', '-')}.stderr").read_text()
+            assert code == 0, f"scripts/package {what} failed:\n{log[-4000:]}"
+            have = sorted(out.glob(wanted[i][2]))
+            assert have, f"scripts/package {what} made no {wanted[i][2]} in {out}: {log[-2000:]}"
+            found[i] = have[0]
+    finally:
+        for _, _, proc, _ in running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for lock in locks:
+            lock.close()
+    return [found[i] for i in range(len(wanted))]
 
 
-def deb(release: str, tree: Path = ROOT, key: str | None = None) -> Path:
-    suffix = RELEASES[release][0]
-    return _build("deb", release, out_name=f"slurm-snap_{version(tree)}{suffix}_*.deb", tree=tree, key=key)
+def _deb_wanted(release: str, tree: Path) -> Wanted:
+    return "deb", (release,), f"slurm-snap_{version(tree)}{RELEASES[release][0]}_*.deb"
+
+
+def _rpm_wanted(tree: Path) -> Wanted:
+    return "rpm", (), f"slurm-snap-{version(tree)}-*.rpm"
+
+
+def deb(release: str, tree: Path = ROOT) -> Path:
+    return _build_many([_deb_wanted(release, tree)], tree)[0]
+
+
+def rpm(tree: Path = ROOT) -> Path:
+    require(shutil.which("rpmbuild") is not None, "rpmbuild not installed (apt-get install rpm)")
+    return _build_many([_rpm_wanted(tree)], tree)[0]
+
+
+def build_all(tree: Path = ROOT) -> dict[str, Path]:
+    """Every package the package tests use, built side by side: each
+    release's .deb and the RPM (rpm() names it missing when rpmbuild is)."""
+    wanted = {r: _deb_wanted(r, tree) for r in sorted(RELEASES)}
+    if shutil.which("rpmbuild"):
+        wanted["rpm"] = _rpm_wanted(tree)
+    return dict(zip(wanted, _build_many(list(wanted.values()), tree)))
 
 
 def older_deb(new: Path, out: Path, *, version: str = "0.0.9") -> Path:
@@ -125,11 +175,6 @@ def older_deb(new: Path, out: Path, *, version: str = "0.0.9") -> Path:
 def version_of_deb(deb: Path) -> str:
     return subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True, text=True,
                           check=True).stdout.strip()
-
-
-def rpm(tree: Path = ROOT) -> Path:
-    require(shutil.which("rpmbuild") is not None, "rpmbuild not installed (apt-get install rpm)")
-    return _build("rpm", out_name=f"slurm-snap-{version(tree)}-*.rpm", tree=tree)
 
 
 def fresh_root(release: str, where: Path, kind: str = "base") -> Path:

@@ -31,6 +31,12 @@ CONF = "/etc/slurm-snap/slurm-snap.toml"
 HELPER = "/usr/lib/slurm-snap/venv/bin/slurm-snap"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    """All packages at once, before the first test needs one (packages.build_all)."""
+    return packages.build_all()
+
+
 @pytest.fixture
 def root_of(tmp_path):
     made = []
@@ -85,6 +91,14 @@ def test_deb_installs_and_checks_pass_in_a_fresh_root(release, root_of):
     # The hook entry points run (no job: fail open, exit 0, say why).
     r = run_in(root, "env", "SPANK_SLURM_SNAP=1", "/usr/libexec/slurm-snap/slurm-snap-epilog", check=False)
     assert r.returncode == 0 and "slurm-snap: epilog" in r.stderr, r.stderr
+    # logrotate (recommended, so apt-get installed it) takes the package's file
+    # and rotates the hooks' log; the hooks open it per line, so a rename is enough.
+    log = root / "var/log/slurm-snap/hooks.log"
+    log.write_text('{"hook": "epilog"}\n')
+    run_in(root, "logrotate", "--force", "--state", "/tmp/logrotate.state", "/etc/logrotate.d/slurm-snap")
+    assert (root / "var/log/slurm-snap/hooks.log.1").read_text() == '{"hook": "epilog"}\n'
+    st = log.stat()
+    assert st.st_size == 0 and oct(st.st_mode & 0o777) == "0o640", oct(st.st_mode)
     # plugstack.conf names files that exist in the package.
     line = next(ln for ln in (root / "etc/slurm-snap/plugstack.conf").read_text().splitlines()
                 if ln.startswith("required"))
