@@ -27,6 +27,53 @@ RELEASES = {"bookworm": ("+deb12", "22.05", "3.11"), "trixie": ("+deb13", "24.11
 TIMINGS: dict[str, float] = {}
 
 
+# What packaging/stage writes that is not a tree file: made from the tree by
+# a command (docs/packaging.md's table), as stage leaves it (Debian then compresses the man pages).
+GENERATED = {
+    "usr/bin/slurm-snap": "link to the venv's console script",
+    "usr/lib/slurm-snap/slurm_snap.so": "make -C spank (spank/*.c)",
+    "usr/share/slurm-snap/built-for-slurm": "spank's Slurm headers (slurm_version.h)",
+    "usr/share/man/man1/slurm-snap.1": "slurm-snap config man",
+    "usr/share/man/man5/slurm-snap.toml.5": "slurm-snap config man slurm-snap.toml",
+    "usr/share/bash-completion/completions/slurm-snap": "click completion",
+    "usr/share/zsh/vendor-completions/_slurm-snap": "click completion",
+    "usr/share/fish/vendor_completions.d/slurm-snap.fish": "click completion",
+}
+HELPER = "/usr/lib/slurm-snap/venv/bin/slurm-snap"
+
+
+def tree_copies(tree: Path = ROOT) -> tuple[dict[str, str], dict[str, str]]:
+    """The tree files packaging/stage copies, packaged path -> tree path:
+    those it writes through its one path substitution, and the documents
+    it copies as they are (Debian compresses the larger ones)."""
+    same = {"etc/slurm-snap/slurm-snap.toml": "etc/slurm-snap.toml.example",
+            "etc/slurm-snap/plugstack.conf": "etc/plugstack.conf",
+            "etc/default/slurm-snap": "etc/slurm-snap.default",
+            "etc/logrotate.d/slurm-snap": "etc/logrotate.slurm-snap",
+            "usr/share/slurm-snap/slurm.conf.slurm-snap": "etc/slurm.conf.slurm-snap",
+            "usr/share/slurm-snap/cli_filter.lua": "etc/cli_filter.lua",
+            "usr/share/slurm-snap/prometheus/slurm-snap.rules.yml": "etc/prometheus/slurm-snap.rules.yml",
+            "usr/share/slurm-snap/grafana/slurm-snap.json": "etc/grafana/slurm-snap.json"}
+    same |= {f"usr/libexec/slurm-snap/{f.name}": f"{f.parent.name}/{f.name}"
+             for f in [*tree.glob("prolog/slurm-snap-*"), *tree.glob("epilog/slurm-snap-*")]}
+    same |= {f"usr/lib/systemd/system/{f.name}": f"etc/{f.name}"
+             for f in [*tree.glob("etc/slurm-snap-*.service"), *tree.glob("etc/slurm-snap-*.timer")]}
+    as_is = {"usr/share/doc/slurm-snap/admin-guide.md": "etc/README.md"}
+    for doc in ["README.md", "CHANGELOG.md", "SECURITY.md", *[f"docs/{f.name}" for f in tree.glob("docs/*.md")],
+                *[f"examples/{f.name}" for f in tree.glob("examples/*")]]:
+        as_is[f"usr/share/doc/slurm-snap/{doc}"] = doc
+    return same, as_is
+
+
+def tree_after_substitution(rel: str, tree: Path = ROOT) -> bytes:
+    """A tree file as packaging/stage writes it (its one path substitution)."""
+    text = (tree / rel).read_text()
+    text = text.replace("/opt/slurm-snap/venv/bin/slurm-snap", HELPER)
+    text = text.replace("/usr/local/lib/slurm-snap/", "/usr/lib/slurm-snap/")
+    text = text.replace("/usr/local/libexec/slurm-snap/", "/usr/libexec/slurm-snap/")
+    return text.encode()
+
+
 def state_dir() -> Path:
     return Path(os.environ.get("SLURM_SNAP_TEST_STATE", "/var/tmp/slurm-snap-test"))
 

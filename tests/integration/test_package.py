@@ -6,7 +6,8 @@ configuration and migrates nothing until `slurm-snap db upgrade`; a purge
 leaves what docs/uninstall.md says it leaves.
 
 Slow on a machine without cached roots (debootstrap, then a build per
-release: docs/packaging.md has the figures)."""
+release: docs/packaging.md has the figures), so the long suite (marked
+`packages`), not CI, runs it; CI runs test_package_stage.py."""
 from __future__ import annotations
 
 import csv
@@ -25,10 +26,10 @@ import pytest
 import packages
 from packages import ROOT, fresh_root, install, remove_root, run_in
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.packages]
 
 CONF = "/etc/slurm-snap/slurm-snap.toml"
-HELPER = "/usr/lib/slurm-snap/venv/bin/slurm-snap"
+HELPER = packages.HELPER
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -160,15 +161,6 @@ def test_rpm_spec_builds_with_the_debs_files():
     assert sorted(rpm_conf) == sorted(conffiles)
 
 
-def _tree_after_substitution(rel: str) -> bytes:
-    """A tree file as packaging/stage writes it (its one path substitution)."""
-    text = (ROOT / rel).read_text()
-    text = text.replace("/opt/slurm-snap/venv/bin/slurm-snap", HELPER)
-    text = text.replace("/usr/local/lib/slurm-snap/", "/usr/lib/slurm-snap/")
-    text = text.replace("/usr/local/libexec/slurm-snap/", "/usr/libexec/slurm-snap/")
-    return text.encode()
-
-
 def _pins() -> dict[str, str]:
     pins = {}
     for line in (ROOT / "packaging/requirements.txt").read_text().splitlines():
@@ -217,38 +209,14 @@ def test_every_file_in_the_deb_comes_from_the_tree():
             explained.setdefault(p, "byte-compiled by pip from the file beside it")
     for p in ("bin/python", "bin/python3", "bin/python3.11", "pyvenv.cfg"):
         explained[venv + p] = "python3 -m venv"
-    # Outside the venv: the tree, a command run on the tree, or debhelper.
-    stage = {
-        "usr/bin/slurm-snap": "link to the venv's console script",
-        "usr/lib/slurm-snap/slurm_snap.so": "make -C spank (spank/*.c)",
-        "usr/share/slurm-snap/built-for-slurm": "spank's Slurm headers (slurm_version.h)",
-        "usr/share/man/man1/slurm-snap.1.gz": "slurm-snap config man",
-        "usr/share/man/man5/slurm-snap.toml.5.gz": "slurm-snap config man slurm-snap.toml",
-        "usr/share/bash-completion/completions/slurm-snap": "click completion",
-        "usr/share/zsh/vendor-completions/_slurm-snap": "click completion",
-        "usr/share/fish/vendor_completions.d/slurm-snap.fish": "click completion",
-        "usr/share/doc/slurm-snap/changelog.gz": "debian/changelog",
-        "usr/share/doc/slurm-snap/copyright": "debian/copyright",
-    }
-    explained.update(stage)
-    same = {"etc/slurm-snap/slurm-snap.toml": "etc/slurm-snap.toml.example",
-            "etc/slurm-snap/plugstack.conf": "etc/plugstack.conf",
-            "etc/default/slurm-snap": "etc/slurm-snap.default",
-            "etc/logrotate.d/slurm-snap": "etc/logrotate.slurm-snap",
-            "usr/share/slurm-snap/slurm.conf.slurm-snap": "etc/slurm.conf.slurm-snap",
-            "usr/share/slurm-snap/cli_filter.lua": "etc/cli_filter.lua",
-            "usr/share/slurm-snap/prometheus/slurm-snap.rules.yml": "etc/prometheus/slurm-snap.rules.yml",
-            "usr/share/slurm-snap/grafana/slurm-snap.json": "etc/grafana/slurm-snap.json"}
-    same |= {f"usr/libexec/slurm-snap/{f.name}": f"{f.parent.name}/{f.name}"
-             for f in [*ROOT.glob("prolog/slurm-snap-*"), *ROOT.glob("epilog/slurm-snap-*")]}
-    same |= {f"usr/lib/systemd/system/{f.name}": f"etc/{f.name}"
-             for f in [*ROOT.glob("etc/slurm-snap-*.service"), *ROOT.glob("etc/slurm-snap-*.timer")]}
-    as_is = {"usr/share/doc/slurm-snap/admin-guide.md.gz": "etc/README.md"}
-    for doc in ["README.md", "CHANGELOG.md", "SECURITY.md", *[f"docs/{f.name}" for f in ROOT.glob("docs/*.md")],
-                *[f"examples/{f.name}" for f in ROOT.glob("examples/*")]]:
-        as_is[f"usr/share/doc/slurm-snap/{doc}"] = doc
+    # Outside the venv: the tree, a command run on the tree (packaging/stage), or debhelper.
+    explained.update({p + ".gz" if p.startswith("usr/share/man/") else p: why   # Debian compresses man pages
+                      for p, why in packages.GENERATED.items()})
+    explained["usr/share/doc/slurm-snap/changelog.gz"] = "debian/changelog"
+    explained["usr/share/doc/slurm-snap/copyright"] = "debian/copyright"
+    same, as_is = packages.tree_copies()
     # Files stage writes through the path substitution, and the documents it copies as they are.
-    for table, expect in ((same, _tree_after_substitution), (as_is, lambda rel: (ROOT / rel).read_bytes())):
+    for table, expect in ((same, packages.tree_after_substitution), (as_is, lambda rel: (ROOT / rel).read_bytes())):
         for packaged, rel in table.items():
             plain = packaged.removesuffix(".gz")
             path = next((p for p in (plain, plain + ".gz") if p in files), None)

@@ -22,7 +22,7 @@ from cluster import Cluster, new_state_dir, remove_state_dir, start_cluster
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_protocol_cluster import BATCH, _cli, _snapshot, _start_training  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.packages]
 PREFIX = "/usr/lib/slurm-snap"
 
 
