@@ -17,7 +17,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from realcomponents import in_ci, mariadb_url, pg_url, require  # noqa: E402,F401
-from testkit.inventory_helpers import reset_mariadb, reset_pg  # noqa: E402
 
 
 _TEST_RUN_CHOICES = frozenset({"SLURM_SNAP_SLURM", "SLURM_SNAP_VENV"})
@@ -56,29 +55,32 @@ def _signal_state():
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres),
                         pytest.param("mariadb", marks=pytest.mark.mariadb)])
 def inventory(request, tmp_path):
-    """A migrated, empty inventory on SQLite, a real PostgreSQL and a real MariaDB."""
+    """A migrated, empty inventory on SQLite, a real PostgreSQL and a real
+    MariaDB: a copy of one migrated per session (dbtemplates.py says how)."""
+    import dbtemplates
+    from sqlalchemy.exc import DBAPIError
+
     from slurm_snap.inventory.repository import Inventory
 
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/inventory.db"
+        url = dbtemplates.sqlite(tmp_path / "inventory.db")
     elif request.param == "mariadb":
-        url = mariadb_url()
-        require(bool(url), "no MariaDB: run scripts/mariadb start /var/tmp/slurm-snap-mariadb --listen 127.0.0.1 "
-                           "--port 3307 or set SLURM_SNAP_TEST_MARIADB_URL")
+        server = mariadb_url()
+        require(bool(server), "no MariaDB: run scripts/mariadb start /var/tmp/slurm-snap-mariadb --listen 127.0.0.1 "
+                              "--port 3307 or set SLURM_SNAP_TEST_MARIADB_URL")
         try:
-            reset_mariadb(url)
-        except Exception as exc:  # server down
-            require(False, f"MariaDB at {url} unreachable: {exc}")
+            url = dbtemplates.mariadb(server)
+        except DBAPIError as exc:  # server down
+            require(False, f"MariaDB at {server} unreachable: {exc}")
     else:
-        url = pg_url()
-        require(bool(url), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg "
-                           "or set SLURM_SNAP_TEST_PG_URL")
+        server = pg_url()
+        require(bool(server), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg "
+                              "or set SLURM_SNAP_TEST_PG_URL")
         try:
-            reset_pg(url)
-        except Exception as exc:  # server down
-            require(False, f"PostgreSQL at {url} unreachable: {exc}")
+            url = dbtemplates.postgresql(server)
+        except DBAPIError as exc:  # server down
+            require(False, f"PostgreSQL at {server} unreachable: {exc}")
     inv = Inventory(url)
-    inv.upgrade()
     yield inv
     inv.dispose()
 
