@@ -207,7 +207,7 @@ def test_every_file_in_the_deb_comes_from_the_tree():
     for p in files:
         if p.startswith(venv) and "/__pycache__/" in p:
             explained.setdefault(p, "byte-compiled by pip from the file beside it")
-    for p in ("bin/python", "bin/python3", "bin/python3.11", "pyvenv.cfg"):
+    for p in ("bin/python", "bin/python3", "bin/python3.11", "pyvenv.cfg", "lib64"):
         explained[venv + p] = "python3 -m venv"
     # Outside the venv: the tree, a command run on the tree (packaging/stage), or debhelper.
     explained.update({p + ".gz" if p.startswith("usr/share/man/") else p: why   # Debian compresses man pages
