@@ -17,7 +17,8 @@ from sqlalchemy.engine import make_url
 from realcomponents import mariadb_url, require
 from slurm_snap.cli import report_cmd, show_cmd
 from testkit.inventory_helpers import reset_mariadb, reset_pg
-from test_report_seed import ROOT, invoke, report_pg_server, seed, write_config  # noqa: F401  (fixtures)
+from realcomponents import pg_url, require
+from test_report_seed import ROOT, invoke, seed, write_config
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "backup.md"
 HELPER = Path(sys.executable).with_name("slurm-snap")
@@ -67,9 +68,18 @@ def test_sqlite_online_backup_and_restore(tmp_path):
     assert read_back(config) == before
 
 
+@pytest.fixture
+def pg_server():
+    """The test PostgreSQL's own database, emptied (pg_restore needs a real server database)."""
+    url = pg_url()
+    require(bool(url), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg")
+    reset_pg(url)
+    return url
+
+
 @pytest.mark.postgres
-def test_pg_dump_and_pg_restore(tmp_path, report_pg_server):
-    url = report_pg_server
+def test_pg_dump_and_pg_restore(tmp_path, pg_server):
+    url = pg_server
     seed(url)
     config = write_config(tmp_path, url, operators=("root",))
     before = read_back(config)
