@@ -38,6 +38,7 @@ class InventoryConfig:
     # SQLite must sit on a local disk of the host that runs the coordinator and
     # the slurmctld hooks; PostgreSQL/MariaDB URLs may be written from any host.
     url: str = "sqlite:////var/lib/slurm-snap/inventory.db"
+    # Seconds a writer waits for a lock before failing.
     busy_timeout: float = 30.0
 
 
@@ -76,12 +77,16 @@ class ServiceConfig:
 
 @dataclass(frozen=True)
 class PathsConfig:
+    # Users may only declare volumes below these roots; no symlink below a
+    # root is ever followed.
     allowed_roots: tuple[str, ...] = ()
     # On a filesystem every node of a job sees: ranks write acknowledgements
     # here and the coordinator watches one directory instead of N nodes.
     barrier_dir: str = "/var/spool/slurm-snap/barriers"
     # Spare namespace where restore drills put their clones; never a live volume.
     restore_root: str = "/var/tmp/slurm-snap-restore"
+    # Where the hooks append hooks.log (one JSON line per hook run); rotated
+    # by the packages' logrotate file.
     log_dir: str = "/var/log/slurm-snap"
 
 
@@ -101,9 +106,12 @@ class SpoolConfig:
 
 @dataclass(frozen=True)
 class ProtocolConfig:
+    # Sent to every rank to ask for a checkpoint (ranks also take SIGTERM as
+    # one); cli_filter.lua is written from it (`config cli-filter`).
     checkpoint_signal: str = "SIGUSR1"
     # Label a set crash-consistent when barriers are missing, instead of failing it.
     allow_crash_consistent: bool = True
+    # What --snapshot-on-preempt asks for when the user does not say ("app" or "crash").
     default_consistency: str = WANT_APP
     # Seconds asked of Slurm for --signal at submit (cli_filter); 0 = the partition's GraceTime.
     grace: int = 0
@@ -114,15 +122,24 @@ class ProtocolConfig:
 
 @dataclass(frozen=True)
 class TimeoutsConfig:
+    # Seconds from the checkpoint request to the last rank's acknowledgement;
+    # request + barrier + cut must fit the partition's GraceTime (doctor checks).
     barrier: float = 60.0
+    # Seconds one backend tool call (a snapshot, a clone) may take.
     backend_call: float = 30.0
+    # Seconds a whole hook may take: keep it well under Slurm's
+    # PrologEpilogTimeout/MessageTimeout.
     hook_budget: float = 25.0
+    # Seconds a restore drill may take, clone to first step.
     restore: float = 900.0
+    # Seconds one Slurm command (squeue, scontrol) may take.
     slurm_command: float = 10.0
 
 
 @dataclass(frozen=True)
 class HooksConfig:
+    # "open": a failing hook records why and exits 0, so slurm-snap never
+    # drains a node; "closed": it exits non-zero and Slurm fails the job.
     failure_policy: str = "open"
     # PrologSlurmctld's entry point records the job after handing the launch
     # back (RECORD=background, written by the install step from this and the
@@ -136,16 +153,23 @@ class HooksConfig:
 
 @dataclass(frozen=True)
 class AccessConfig:
+    # Users who, besides a job's owner, may act on any job.
     operator_users: tuple[str, ...] = ("root",)
+    # Members of this group are operators too ("" = none).
     operator_group: str = ""
 
 
 @dataclass(frozen=True)
 class SshConfig:
+    # The SSH transport (to compute nodes, a Lustre MGS, a GPFS manager) logs
+    # in as this user, with this private key only.
     user: str = "root"
     key: str = "/etc/slurm-snap/id_ed25519"
+    # Host keys are verified against this file; an unknown host is refused.
     known_hosts: str = "/etc/slurm-snap/known_hosts"
+    # sshd's port on every host reached.
     port: int = 22
+    # Seconds to wait for a TCP connection and the SSH handshake.
     connect_timeout: float = 10.0
     # How to reach a compute node by its Slurm name; "{node}" is replaced.
     host_template: str = "{node}"
@@ -162,6 +186,8 @@ class RestoreConfig:
     # default: the clone tools take paths, and a user who owns a parent of
     # their target could swap it for a link mid-drill (SECURITY.md).
     user_targets: bool = False
+    # This cluster's site and region, compared with a volume class's when
+    # enforce_residency is true.
     site: str = ""
     region: str = ""
     # The schedule runner drills every COMPLETE set of a job with a resume
@@ -205,6 +231,7 @@ class ScheduleConfig:
     # Sets one runner pass takes at once; each start waits signal_gap
     # seconds after the previous, so jobs due together are not signalled together.
     concurrency: int = 4
+    # Seconds between two signals of one pass.
     signal_gap: float = 0.5
     # Drills one runner pass runs at once, newest set first.
     drills: int = 2
@@ -226,10 +253,17 @@ class SlurmConfig:
 
 @dataclass(frozen=True)
 class VolumeClass:
+    # What users write in --snapshot-volumes: letters, digits, - or _.
     name: str
+    # The directory the class's volumes live under ("{node}" is replaced by
+    # the node's name for node-local classes).
     prefix: str
+    # "node-local" (one volume per node of the job) or "shared" (one for the job).
     scope: str
+    # The snapshot backend: btrfs, xfs-reflink, zfs, lvm, lustre, gpfs, cephfs
+    # or a plugin's name (docs/backends.md).
     backend: str
+    # Where the class's data lives, for restore.enforce_residency.
     site: str = ""
     region: str = ""
     # Jobs that declare no volumes get every default class.
@@ -239,7 +273,9 @@ class VolumeClass:
     # "local" runs the backend's tools where the hook runs; "ssh" on `host`
     # (shared scope) or on the job's node (node-local scope).
     transport: str = "local"
+    # The host a shared class's tools run on with transport "ssh" (a Lustre MGS).
     host: str = ""
+    # The backend's own settings ([volume_class.options]; docs/backends.md).
     options: dict = field(default_factory=dict)
 
     def prefix_for(self, node: str | None) -> str:
@@ -308,7 +344,7 @@ class Config:
         return int(getattr(_signal, self.protocol.checkpoint_signal))
 
 
-_SECTIONS = {
+SECTIONS = {
     "inventory": InventoryConfig,
     "paths": PathsConfig,
     "protocol": ProtocolConfig,
@@ -352,8 +388,8 @@ def load(path: str | os.PathLike | None = None) -> Config:
 def from_dict(data: dict, path: str = "<memory>") -> Config:
     kwargs: dict = {"path": path}
     for key, value in data.items():
-        if key in _SECTIONS:
-            kwargs[key] = _build(_SECTIONS[key], value, path, key)
+        if key in SECTIONS:
+            kwargs[key] = _build(SECTIONS[key], value, path, key)
         elif key == "volume_class":
             if not isinstance(value, list):
                 raise ConfigError(path=path, key=key, why="must be an array of tables ([[volume_class]])")

@@ -66,8 +66,8 @@ class ClassTools:
 
 @dataclass(frozen=True)
 class LocalFacts:
-    """slurm-snap's own side on this host."""
-    inventory: InventoryReach
+    """slurm-snap's own side on this host (no inventory: not asked, `doctor --local`)."""
+    inventory: InventoryReach | None
     classes: tuple[ClassTools, ...]
     barrier_dir: str
     barrier_dir_exists: bool

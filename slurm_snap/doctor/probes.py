@@ -116,14 +116,16 @@ def fs_type(backend, prefix: str) -> FsType | None:
     return FsType(prefix, want, got=got)
 
 
-def local(cfg: Config, *, node: str | None = None, node_local: bool = True) -> LocalFacts:
+def local(cfg: Config, *, node: str | None = None, node_local: bool = True, remote: bool = True) -> LocalFacts:
     """slurm-snap's own side on this host.
 
     `node` is the Slurm node name this host is (doctor run on a node by the
     controller's doctor); `node_local` False leaves node-local classes out,
     for a controller or login host: their scratch is a directory of the
     host's root disk there, not the node's btrfs, and the nodes are checked
-    on their own."""
+    on their own. `remote` False (`doctor --local`) leaves out what another
+    host answers: an inventory on a server or behind the service (None), and
+    shared classes whose tools run on their host over SSH."""
     host = node or os.uname().nodename
     classes = []
     for vc in cfg.volume_classes:
@@ -133,7 +135,7 @@ def local(cfg: Config, *, node: str | None = None, node_local: bool = True) -> L
             # Its tools run on vc.host (a Lustre MGS, a GPFS manager), driven
             # from the controller: checking this host's PATH would say
             # nothing about them. A node's doctor leaves it to the controller's.
-            if node is None:
+            if node is None and remote:
                 classes.append(class_tools(cfg, vc, node=None, local=False, over_ssh="shared",
                                            host=vc.host or "its host", prefix=vc.prefix))
             continue
@@ -141,7 +143,8 @@ def local(cfg: Config, *, node: str | None = None, node_local: bool = True) -> L
         classes.append(class_tools(cfg, vc, node=None, local=True,
                                    prefix=prefix if os.path.isdir(prefix) else None))
     bd = cfg.paths.barrier_dir
-    return LocalFacts(inventory=inventory(cfg), classes=tuple(classes), barrier_dir=bd,
+    asked = remote or cfg.inventory.url.startswith("sqlite")
+    return LocalFacts(inventory=inventory(cfg) if asked else None, classes=tuple(classes), barrier_dir=bd,
                       barrier_dir_exists=os.path.isdir(bd))
 
 
