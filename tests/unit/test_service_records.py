@@ -82,3 +82,22 @@ def test_a_part_with_an_unknown_field_is_named():
     entry["parts"] = [{**entry["parts"][0], "colour": "red"}]
     with pytest.raises(BadValueError, match="'colour'.*parts\\[0\\]"):
         decode_call(LocalRecorder.deliver, {"entry": entry}, "preempt-deliver")
+
+
+def test_an_acknowledgement_from_a_node_on_the_older_version_is_read():
+    """Nodes on the version before the typed records send an acknowledgement
+    as its fields with seen_at beside them (found by the mixed-version test)."""
+    from slurm_snap.jobrecords import Ack
+    from slurm_snap.service.records import decode
+
+    legacy = {"agreement": "collective", "independent": False, "local_rank": 0, "local_size": 1, "manifest": [],
+              "node": "n3", "rank": 2, "seen_at": "2026-12-03T16:07:57.236377+00:00",
+              "signalled_at": "2026-12-03T16:07:55.948648+00:00", "step": 7, "world_size": 3,
+              "written_at": "2026-12-03T16:07:56.183065+00:00"}
+    ack = decode(Ack, legacy, "acks[0]")
+    assert (ack.node, ack.rank, ack.step, ack.world_size) == ("n3", 2, 7, 3)
+    assert ack.seen_at.isoformat() == legacy["seen_at"]
+    with pytest.raises(BadValueError, match="acks\\[0\\]"):
+        decode(Ack, {**legacy, "extra": 1}, "acks[0]")
+    with pytest.raises(BadValueError, match="rank"):
+        decode(Ack, {**legacy, "rank": "two"}, "acks[0]")
