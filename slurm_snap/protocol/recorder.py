@@ -27,8 +27,9 @@ import dataclasses
 
 from .. import states as S
 from ..clock import utcnow
-from ..inventory.records import Refusal
-from ..jobrecords import Ack, VolumeRecord
+from ..errors import BadValueError
+from ..inventory.records import Refusal, SnapshotRecord
+from ..jobrecords import PREEMPT_PREFIX, Ack, CutPart, EarlyDecision, VolumeRecord
 from ..spool.records import SpoolEntry
 from .delivery import Delivered, deliver
 from .preemptset import as_time, observed_times, open_set
@@ -112,6 +113,33 @@ class LocalRecorder:
                     raise
         raise AssertionError("unreachable")
 
+    def record(self, *, set_id: int, job_id: int, node: str, parts: list[SnapshotRecord], preempt_known: bool,
+               early: EarlyDecision | None = None, preempt_time: float | None = None) -> str:
+        """A node still on the version before the spool (docs/upgrade.md:
+        nodes may lag the controller by a version) records its parts of an
+        open set this way: the same delivery as a spool entry's, its parts
+        named by the volume rows the set's run holds."""
+        with self.inv.session() as repo:
+            st = repo.get_set(set_id)
+            run = st.job_run
+            by_id = {v.id: v for v in repo.volumes(run)}
+            cut = []
+            for p in parts:
+                v = by_id.get(p.volume_id)
+                if v is None:
+                    raise BadValueError(what="part field 'volume_id'", value=p.volume_id,
+                                        why=f"not a volume of set {set_id}'s job run")
+                cut.append(CutPart(volume_class=v.volume_class, scope=v.scope, node=v.node or "", path=v.path,
+                                   backend=p.backend, name=p.name, ref=p.ref, snapshot_path=p.path,
+                                   cut_started_at=p.cut_started_at, cut_at=p.cut_at, state=p.state, error=p.error,
+                                   shared_key=p.shared_key, manifest_ok=p.manifest_ok, site=p.site,
+                                   region=p.region))
+            restart = int(st.epoch[len(PREEMPT_PREFIX):]) if st.epoch.startswith(PREEMPT_PREFIX) else run.restart_count
+            entry = SpoolEntry(job_id=job_id, restart_count=restart, node=node,
+                               nodes=tuple(run.nodes or [node]), uid=run.uid, written_at=self.clock(),
+                               parts=tuple(cut), set_id=set_id, killed_at=preempt_time, early=early)
+        return self.deliver(entry=entry).summary
+
     def resume_point(self, *, job_id: int, nodes: list[str] | None = None, restart_count: int | None = None,
                      budget: float | None = None) -> ResumePoint | None:
         return resume_point(self.cfg, self.inv, job_id, nodes=nodes, restart_count=restart_count, budget=budget)
@@ -191,7 +219,9 @@ def recorder_for(cfg, inventory):
 
 
 # What the service runs for nodes (root only): the LocalRecorder's methods.
+# "preempt-record": nodes on the version before the spool (LocalRecorder.record).
 OPS_METHODS = {"preempt-open": "open", "preempt-cutting": "cutting", "preempt-deliver": "deliver",
+               "preempt-record": "record",
                "resume-point": "resume_point", "hook-failed": "hook_failed", "volume-refused": "refused"}
 
 
