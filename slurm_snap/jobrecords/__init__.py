@@ -50,7 +50,7 @@ from slurm_snap.jobrecords.ack import (ACK_VERSION, ACK_VERSIONS, MAX_ACK_BYTES,
 from slurm_snap.jobrecords.cut import CutPart, CutRecord
 from slurm_snap.jobrecords.early import (EARLY_DECISIONS, EARLY_FAILED, EARLY_KEPT, EARLY_RELEASED, EARLY_REQUEUED,
                                          EARLY_REQUEUEING, EARLY_WAITED, EarlyDecision)
-from slurm_snap.jobrecords.fields import PREEMPT_PREFIX, check_name, is_preempt_epoch, preempt_epoch
+from slurm_snap.jobrecords.fields import PREEMPT_PREFIX, check_name, is_preempt_epoch, preempt_epoch, preempt_restart
 from slurm_snap.jobrecords.job import JobRecord, VolumeRecord
 from slurm_snap.jobrecords.release import ReleaseRecord
 from slurm_snap.jobrecords.request import RequestRecord
@@ -59,7 +59,7 @@ from slurm_snap.jobrecords.resume import ResumeRank, ResumeRecord
 __all__ = [
     "ACK_VERSION", "ACK_VERSIONS", "MAX_ACK_BYTES", "MAX_AGREEMENT", "MAX_RANK", "MAX_STEP", "Ack", "ManifestEntry",
     "CutPart", "CutRecord", "EARLY_DECISIONS", "EARLY_FAILED", "EARLY_KEPT", "EARLY_RELEASED", "EARLY_REQUEUED", "EARLY_REQUEUEING",
-    "EARLY_WAITED", "EarlyDecision", "PREEMPT_PREFIX", "check_name", "is_preempt_epoch", "preempt_epoch",
+    "EARLY_WAITED", "EarlyDecision", "PREEMPT_PREFIX", "check_name", "is_preempt_epoch", "preempt_epoch", "preempt_restart",
     "JobRecord", "VolumeRecord", "ReleaseRecord", "RequestRecord", "ResumeRank",
     "ResumeRecord",
 ]

@@ -40,6 +40,15 @@ def snapshot_record(volume_id: int, p: CutPart) -> SnapshotRecord:
                           manifest_ok=p.manifest_ok)
 
 
+def cut_part(volume, p: SnapshotRecord) -> CutPart:
+    """snapshot_record's inverse: a part named by its volume (a VolumeRecord
+    or the inventory's row: class, scope, node, live path) instead of its id."""
+    return CutPart(volume_class=volume.volume_class, scope=volume.scope, node=volume.node or "", path=volume.path,
+                   backend=p.backend, name=p.name, ref=p.ref, snapshot_path=p.path, cut_started_at=p.cut_started_at,
+                   cut_at=p.cut_at, state=p.state, error=p.error, shared_key=p.shared_key,
+                   manifest_ok=p.manifest_ok, site=p.site, region=p.region)
+
+
 def _record_run(cfg, repo, entry: SpoolEntry):
     """The preempted run as the node's entry describes it, when PrologSlurmctld
     could not record it (the database was away when the job started); with

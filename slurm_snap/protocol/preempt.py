@@ -41,13 +41,14 @@ import typing
 from ..clock import utcnow
 from ..errors import INVENTORY, BadValueError, SnapError, SpoolError
 from ..jobdir import JobDir
-from ..jobrecords import (PREEMPT_PREFIX, CutPart, CutRecord, JobRecord, ReleaseRecord, ResumeRecord, VolumeRecord,
-                          preempt_epoch)
+from ..jobrecords import (CutPart, CutRecord, JobRecord, ReleaseRecord, ResumeRecord, VolumeRecord,
+                          preempt_epoch, preempt_restart)
 from ..spool.outbox import Outbox
 from ..spool.records import SpoolEntry
 from .. import states as S
 from .barrier import AckCollector
 from .cutter import CutResult, assign_manifests, cut_all, preempt_names
+from .delivery import cut_part
 from .preemptset import as_time, open_set
 from .recorder import LocalRecorder, recorder_for
 
@@ -114,7 +115,7 @@ class _Share:
 
 
 def _from_inventory(opened) -> _Share:
-    return _Share(set_id=opened.set_id, restart_count=int(opened.epoch[len(PREEMPT_PREFIX):]), uid=opened.uid,
+    return _Share(set_id=opened.set_id, restart_count=preempt_restart(opened.epoch), uid=opened.uid,
                   nodes=tuple(opened.nodes), volumes=tuple(opened.volumes))
 
 
@@ -138,11 +139,7 @@ def _from_job_file(cfg, job, known: JobRecord, refusal) -> _Share:
 
 
 def _cut_part(r: CutResult) -> CutPart:
-    p, v = r.record(), r.volume
-    return CutPart(volume_class=v.volume_class, scope=v.scope, node=v.node, path=v.path, backend=p.backend,
-                       name=p.name, ref=p.ref, snapshot_path=p.path, cut_started_at=p.cut_started_at, cut_at=p.cut_at,
-                       state=p.state, error=p.error, shared_key=p.shared_key, manifest_ok=p.manifest_ok, site=p.site,
-                       region=p.region)
+    return cut_part(r.volume, r.record())
 
 
 def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=utcnow, backend_for=None,

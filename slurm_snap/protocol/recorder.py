@@ -29,9 +29,9 @@ from .. import states as S
 from ..clock import utcnow
 from ..errors import BadValueError
 from ..inventory.records import Refusal, SnapshotRecord
-from ..jobrecords import PREEMPT_PREFIX, Ack, CutPart, EarlyDecision, VolumeRecord
+from ..jobrecords import Ack, EarlyDecision, VolumeRecord, preempt_restart
 from ..spool.records import SpoolEntry
-from .delivery import Delivered, deliver
+from .delivery import Delivered, cut_part, deliver
 from .preemptset import as_time, observed_times, open_set
 from .resume import ResumePoint, resume_point
 
@@ -129,13 +129,9 @@ class LocalRecorder:
                 if v is None:
                     raise BadValueError(what="part field 'volume_id'", value=p.volume_id,
                                         why=f"not a volume of set {set_id}'s job run")
-                cut.append(CutPart(volume_class=v.volume_class, scope=v.scope, node=v.node or "", path=v.path,
-                                   backend=p.backend, name=p.name, ref=p.ref, snapshot_path=p.path,
-                                   cut_started_at=p.cut_started_at, cut_at=p.cut_at, state=p.state, error=p.error,
-                                   shared_key=p.shared_key, manifest_ok=p.manifest_ok, site=p.site,
-                                   region=p.region))
-            restart = int(st.epoch[len(PREEMPT_PREFIX):]) if st.epoch.startswith(PREEMPT_PREFIX) else run.restart_count
-            entry = SpoolEntry(job_id=job_id, restart_count=restart, node=node,
+                cut.append(cut_part(v, p))
+            restart = preempt_restart(st.epoch)
+            entry = SpoolEntry(job_id=job_id, restart_count=run.restart_count if restart is None else restart, node=node,
                                nodes=tuple(run.nodes or [node]), uid=run.uid, written_at=self.clock(),
                                parts=tuple(cut), set_id=set_id, killed_at=preempt_time, early=early)
         return self.deliver(entry=entry).summary

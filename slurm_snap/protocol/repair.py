@@ -35,7 +35,7 @@ from ..errors import SnapError
 from ..jobdir import JobDir
 from . import finalize, nodeloss, owner
 from .. import states as S
-from ..jobrecords import PREEMPT_PREFIX, ReleaseRecord, VolumeRecord
+from ..jobrecords import ReleaseRecord, VolumeRecord, preempt_restart
 from .cutter import part_name, snapshot_name
 from .repairaction import RepairAction
 
@@ -102,9 +102,9 @@ def sweep(cfg, inventory, *, clock=utcnow) -> list[RepairAction]:
 
 def _part_name(st_info, v: VolumeRecord) -> str:
     """The name this set's part of `v` has (or would have) on its backend."""
-    epoch = st_info["epoch"]
-    if st_info["trigger"] == "preempt" and epoch.startswith(PREEMPT_PREFIX) and epoch[len(PREEMPT_PREFIX):].isdigit():
-        return part_name(st_info["job_id"], int(epoch[len(PREEMPT_PREFIX):]), v.node, v.path)
+    restart = preempt_restart(st_info["epoch"])
+    if st_info["trigger"] == "preempt" and restart is not None:
+        return part_name(st_info["job_id"], restart, v.node, v.path)
     return snapshot_name(st_info["job_id"], st_info["id"], v.id)
 
 

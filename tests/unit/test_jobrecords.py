@@ -16,7 +16,7 @@ from slurm_snap.errors import BadValueError
 from slurm_snap.jobdir import JobDir
 from slurm_snap.jobrecords import (Ack, CutPart, CutRecord, EarlyDecision, JobRecord, ManifestEntry, ReleaseRecord,
                                    RequestRecord, ResumeRank, ResumeRecord, VolumeRecord, is_preempt_epoch,
-                                   preempt_epoch)
+                                   preempt_epoch, preempt_restart)
 
 T0 = dt.datetime(2026, 12, 3, 10, 0, tzinfo=dt.timezone.utc)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -120,6 +120,8 @@ def test_the_job_file_gives_this_nodes_volume_before_the_shared_one():
 
 def test_the_preemption_epoch_is_spelled_once():
     assert preempt_epoch(3) == "preempt-3" and is_preempt_epoch("preempt-3") and not is_preempt_epoch("s3")
+    assert preempt_restart(preempt_epoch(3)) == 3 and preempt_restart("s3") is None
+    assert preempt_restart("preempt-") is None and preempt_restart("preempt-x") is None
 
 
 def test_the_records_import_nothing_of_slurm_snap_but_its_errors():
