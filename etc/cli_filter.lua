@@ -22,6 +22,11 @@ from its slurm_cli_pre_submit. Runs under Lua 5.1 (what Debian's Slurm links).
 -- chance to snapshot before the kill.
 local SNAP_SIGNAL = "USR1"
 local SNAP_SIGNAL_TIME = 60
+-- Slurm 25.11+: also --requeue=expedite, so a preempted job may start again
+-- the moment it is requeued (not cred_expire, default 120 s, later). Needs
+-- SlurmctldParameters=enable_expedited_requeue (Slurm refuses the job
+-- otherwise): `slurm-snap config cli-filter --expedite` writes true.
+local SNAP_EXPEDITE = false
 
 -- The SPANK plugin's name (plugin_name) and option, as cli_filter sees them.
 local SNAP_PLUGIN = "slurm-snap"
@@ -61,6 +66,11 @@ function slurm_snap_apply(options)
 	if new_allocation(options) and snapshot_on_preempt_requested(options)
 		and not user_gave_signal(options) then
 		options["signal"] = SNAP_SIGNAL .. "@" .. SNAP_SIGNAL_TIME
+	end
+	-- Batch jobs only (expedite is a batch requeue); never over --no-requeue.
+	if SNAP_EXPEDITE and options["type"] == "sbatch" and snapshot_on_preempt_requested(options)
+		and options["requeue"] ~= "0" then
+		options["requeue"] = "expedite"
 	end
 end
 

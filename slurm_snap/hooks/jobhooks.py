@@ -46,7 +46,7 @@ def record_job(cfg: Config, inv, job: JobEnv) -> str:
     with inv.session() as repo:
         run = repo.record_job_run(job_id=job.job_id, restart_count=job.restart_count, user_name=job.user,
                                   uid=job.uid, partition=job.partition, nodes=job.nodes, options=job.options(),
-                                  snapshot_every=every)
+                                  snapshot_every=every, sluid=job.sluid)
         repo.add_volumes(run, specs)
         repo.event("hook", f"recorded {len(specs)} volumes on {len(job.nodes)} nodes", job_id=job.job_id)
         if every is not None:
@@ -190,9 +190,9 @@ def _preempt_time(cfg: Config, job: JobEnv) -> tuple[int, int]:
     A squeue that fails is an error, never "not preempted": that answer once
     hid an EpilogSlurmctld that could not reach slurmctld at all.
     """
-    from ..slurm import commands
+    from ..slurm.api import for_hook
 
-    t = commands.squeue_job(job.job_id, timeout=cfg.timeouts.slurm_command).preempt_time
+    t = for_hook().job(job.job_id, timeout=cfg.timeouts.slurm_command).preempt_time
     if not t:
         return 0, 0
     return max(1, t - _grace_seconds(cfg, job) - PREEMPT_SLACK), t

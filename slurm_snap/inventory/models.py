@@ -82,6 +82,10 @@ class JobRun(Base):
     # Seconds between periodic snapshots (migration 0009): --snapshot-every or
     # the partition's default, never under its minimum; None: none taken.
     snapshot_every: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    # Slurm's SLUID of this run (25.11+, migration 0012): unique on the
+    # cluster even after job ids wrap; a requeued run has its own; None before
+    # 25.11.
+    sluid: Mapped[str | None] = mapped_column(String(14), nullable=True, default=None, index=True)
 
     volumes: Mapped[list["Volume"]] = relationship(back_populates="job_run", cascade="all, delete-orphan",
                                                    order_by="Volume.id")

@@ -4,12 +4,20 @@ variables our plugin set at submit time (docs/contracts.md)."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from ..access import user_name
 from ..errors import BadValueError
 from ..states import WANT_APP
 from . import hostlist
+
+# A run's SLUID (Slurm 25.11+, SLURM_JOB_SLUID in Prolog/Epilog and the
+# slurmctld hooks): "s" and 13 characters of Crockford's base32, unique on the
+# cluster where job ids are reused after MaxJobId. A requeued run gets a new
+# one (measured on 25.11.7: s2DHM8XNAZKH00, then s2DHM8XNBZDA00), so it names
+# one run, as JOBID.RESTART does, not the job.
+SLUID = re.compile(r"s[0-9A-HJKMNP-TV-Z]{13}")
 
 SPANK = "SPANK_SLURM_SNAP"
 # Slurm job ids, uids, gids and restart counts are uint32_t: a larger number is
@@ -35,6 +43,8 @@ class JobEnv:
     exit_code: int | None = None
     # --snapshot-every in seconds; None: the job did not ask.
     every: int | None = None
+    # "" before 25.11 (or when Slurm's value is not a SLUID).
+    sluid: str = ""
     extra: dict = field(default_factory=dict)
 
     @property
@@ -83,6 +93,7 @@ def from_environ(env=None) -> JobEnv:
         resume_cmd=env.get(f"{SPANK}_RESUME_CMD", ""),
         exit_code=int(env["SLURM_JOB_EXIT_CODE"]) if env.get("SLURM_JOB_EXIT_CODE", "").isdigit() else None,
         every=_every(env.get(f"{SPANK}_EVERY", "")),
+        sluid=env.get("SLURM_JOB_SLUID", "") if SLUID.fullmatch(env.get("SLURM_JOB_SLUID", "")) else "",
     )
 
 
