@@ -41,6 +41,7 @@ struct snap_options {
 	char *consistency;
 	char *resume_cmd;
 	char *every;          /* --snapshot-every, checked by the helper */
+	char *timelimit;      /* --snapshot-before-timelimit MARGIN, checked by the helper */
 	char helper[PATH_MAX];
 	char config[PATH_MAX];
 };

@@ -109,8 +109,11 @@ class Checkpointer:
         if lockstep and self.independent:
             raise BadValueError(what="lockstep", value=lockstep, why="a job cannot be both lockstep and independent")
         self._lockstep = lockstep
-        # Rank 0 requeues a preempted job once every rank acknowledged (client/early.py).
+        # Rank 0 requeues a preempted job once every rank acknowledged (client/early.py),
+        # and a job that asked to be snapshot before its time limit.
         self.early_release = _env_bool(env, early.ENV) if early_release is None else bool(early_release)
+        margin = slurmenv.int_from_env(early.TIMELIMIT_ENV, env)
+        self.timelimit_margin = margin if margin else None
         self._early: early.EarlyRelease | None = None
         self._group = group
         self._agreement_timeout = agreement_timeout
@@ -372,11 +375,13 @@ class Checkpointer:
         return None if wall is None else datetime.fromtimestamp(wall, timezone.utc)
 
     def _maybe_release_early(self, epoch: str) -> None:
-        if (self.early_release and self.rank == 0 and self.world_size and self._early is None
-                and is_preempt_epoch(epoch)):
+        if ((self.early_release or self.timelimit_margin) and self.rank == 0 and self.world_size
+                and self._early is None and is_preempt_epoch(epoch)):
             # Until Slurm's own kill ends this process, whatever GraceTime is.
             self._early = early.EarlyRelease(self.jobdir, epoch, self.world_size,
-                                             deadline=time.monotonic() + 7 * 86400).start()
+                                             deadline=time.monotonic() + 7 * 86400,
+                                             early_release=self.early_release,
+                                             margin=self.timelimit_margin).start()
 
     def commit_async(self, step: int, future, files: Iterable | Callable[[], Iterable], **kwargs) -> None:
         """commit() once `future` (e.g. torch.distributed.checkpoint.async_save's)

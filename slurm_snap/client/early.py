@@ -1,4 +1,5 @@
-"""Give the nodes back at preemption as soon as the checkpoint is safe.
+"""Give the nodes back at preemption, or before the time limit, as soon as
+the checkpoint is safe.
 
 A preempted job must not exit during GraceTime (Slurm would mark it
 completed, not requeue it), so without this its ranks sit, checkpoint done,
@@ -23,22 +24,37 @@ Rank 0 does it, once, and only when all of this holds:
 Otherwise nothing changes: Slurm kills at GraceTime's end as before.
 `<job dir>/ack/early-<epoch>.decision` records what was decided, and when
 (jobrecords.EarlyDecision).
+
+The same watcher serves `--snapshot-before-timelimit=MARGIN` (the ranks get
+SLURM_SNAP_TIMELIMIT_MARGIN): Slurm's `--signal=USR1@MARGIN` asks for the
+checkpoint MARGIN to MARGIN + 60 s before the limit (its signal may come up
+to 60 s early), and a job that is not requeued then ends TIMEOUT. When
+every rank acknowledged, Slurm shows no PreemptTime, the job may be requeued
+and its EndTime is at most MARGIN + `SIGNAL_SLACK` away, rank 0 writes
+the time-limit record (jobrecords.TimeLimitRecord: the Epilogs snapshot the
+run as a `timelimit` set) and requeues. That is the job's own request, so
+it needs no SLURM_SNAP_EARLY_RELEASE. Without `scontrol` (a container that
+has none) rank 0 records why and the ranks wait: the job reaches its limit
+and EpilogSlurmctld requeues it instead (hooks/jobhooks.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 from slurm_snap.errors import SnapError
 from slurm_snap.jobdir import JobDir, is_ack_name
-from slurm_snap.jobrecords import (EARLY_FAILED, EARLY_KEPT, EARLY_REQUEUED, EARLY_REQUEUEING, EARLY_WAITED, Ack,
-                                   EarlyDecision)
+from slurm_snap.jobrecords import (BY_RANK, EARLY_FAILED, EARLY_KEPT, EARLY_REQUEUED, EARLY_REQUEUEING, EARLY_WAITED,
+                                   Ack, EarlyDecision, SIGNAL_SLACK, TimeLimitRecord)
 
 ENV = "SLURM_SNAP_EARLY_RELEASE"
+TIMELIMIT_ENV = "SLURM_SNAP_TIMELIMIT_MARGIN"
 _BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
 POLL = 0.1          # the ack directory is on a network filesystem: no inotify across nodes
 SCONTROL_TIMEOUT = 20.0
@@ -73,14 +89,57 @@ def job_state(job_id: str, run: Callable = run_scontrol) -> dict[str, str]:
     return dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", proc.stdout))
 
 
-def may_release(fields: dict[str, str]) -> tuple[bool, str]:
-    """Is this job being preempted, and will Slurm requeue it?"""
+_UNSET = ("", "None", "N/A", "Unknown")
+
+
+def seconds_left(fields: dict[str, str], now: float | None = None) -> float | None:
+    """Seconds until the job's EndTime, None when it has none. scontrol prints
+    EndTime in this process's local time, which a naive datetime's
+    timestamp() reads back alike."""
+    end = fields.get("EndTime", "")
+    if end in _UNSET:
+        return None
+    try:
+        at = datetime.strptime(end, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except ValueError:
+        return None
+    return at - (time.time() if now is None else now)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Why Slurm signalled, and whether rank 0 requeues the job now."""
+
+    requeue: bool
+    trigger: str          # "preempt", "timelimit" or "" (neither)
+    why: str
+    left: float | None = None
+
+
+def judge(fields: dict[str, str], *, early_release: bool, margin: int | None,
+          now: float | None = None) -> Verdict:
+    """A preemption (a PreemptTime) is requeued early when the site allows
+    it; the time limit (no PreemptTime, EndTime within the job's margin and
+    SIGNAL_SLACK) when the job asked for it; nothing else (a plain
+    scancel's first SIGTERM is a checkpoint request too and must stay a
+    cancellation). Never a job Slurm may not requeue."""
     preempt = fields.get("PreemptTime", "")
-    if preempt in ("", "None", "N/A", "Unknown"):
-        return False, "Slurm shows no PreemptTime: not a preemption (a cancellation, perhaps)"
+    left = seconds_left(fields, now)
+    if preempt not in _UNSET:
+        trigger, why = "preempt", f"preempted at {preempt}"
+        if not early_release:
+            return Verdict(False, trigger, why + "; early release is off at this site", left)
+    elif margin is not None and left is not None and left <= margin + SIGNAL_SLACK:
+        trigger, why = "timelimit", f"time limit in {max(0.0, left):.0f} s (--snapshot-before-timelimit={margin}s)"
+    elif margin is not None:
+        limit = "no EndTime" if left is None else f"the time limit is {left:.0f} s away"
+        return Verdict(False, "", f"Slurm shows no PreemptTime and {limit}: neither a preemption nor the time "
+                                  "limit (a cancellation, perhaps)", left)
+    else:
+        return Verdict(False, "", "Slurm shows no PreemptTime: not a preemption (a cancellation, perhaps)", left)
     if fields.get("Requeue") != "1":
-        return False, f"the job may not be requeued (Requeue={fields.get('Requeue', '?')})"
-    return True, f"preempted at {preempt}"
+        return Verdict(False, trigger, f"the job may not be requeued (Requeue={fields.get('Requeue', '?')})", left)
+    return Verdict(True, trigger, why, left)
 
 
 def all_acknowledged(jobdir: JobDir, epoch: str, world_size: int) -> bool:
@@ -107,8 +166,10 @@ class EarlyRelease:
     preemption epoch; requeues the job once every rank acknowledged."""
 
     def __init__(self, jobdir: JobDir, epoch: str, world_size: int, *, deadline: float,
-                 run: Callable = run_scontrol, clock: Callable[[], float] = time.time):
+                 run: Callable = run_scontrol, clock: Callable[[], float] = time.time,
+                 early_release: bool = True, margin: int | None = None):
         self.jobdir, self.epoch, self.world_size = jobdir, epoch, world_size
+        self.early_release, self.margin = early_release, margin
         self.deadline = deadline            # time.monotonic() after which Slurm's own kill is near anyway
         self.run = run
         self.clock = clock
@@ -149,10 +210,23 @@ class EarlyRelease:
             return
         job = self.jobdir.job_id
         try:
-            ok, why = may_release(job_state(job, self.run))
-            if not ok:
+            if self.run is run_scontrol and scontrol() is None:
+                # A container without Slurm's commands: nothing to ask, nobody
+                # to requeue from here. A preemption ends at GraceTime's end; a
+                # job at its time limit is requeued by EpilogSlurmctld.
+                self._record(EARLY_KEPT, why="no scontrol here (a container?): Slurm ends the job; "
+                                             "the hooks snapshot and requeue it", all_acknowledged_at=seen_all)
+                return
+            verdict = judge(job_state(job, self.run), early_release=self.early_release, margin=self.margin,
+                            now=self.clock())
+            why = verdict.why
+            if not verdict.requeue:
                 self._record(EARLY_KEPT, why=why, all_acknowledged_at=seen_all)
                 return
+            if verdict.trigger == "timelimit":
+                # Before the requeue, which ends the job: the Epilogs must find it.
+                self.jobdir.write_timelimit(TimeLimitRecord(epoch=self.epoch, at=self.clock(), by=BY_RANK,
+                                                            margin=int(self.margin), left=verdict.left, why=why))
             # The requeue ends the job at once: Slurm signals every rank and
             # kills them KillWait later, so nothing written after the call is
             # sure to land (measured: a CI run's rank 0 died between the

@@ -49,17 +49,20 @@ class Marked(typing.NamedTuple):
     state: str
 
 
-def epilogslurmctld_mark(cfg, inventory, job, preempt_time, *, clock=utcnow) -> Marked:
-    """Open the preemption set (QUIESCING, requested at PreemptTime); idempotent."""
+def epilogslurmctld_mark(cfg, inventory, job, preempt_time, *, clock=utcnow, trigger: str = "preempt") -> Marked:
+    """Open the preemption (or time-limit) set (QUIESCING, requested at the
+    request's lower bound); idempotent."""
     t = as_time(preempt_time) or clock()
     with inventory.session() as repo:
-        run, st, created = open_set(repo, cfg, job.job_id, job.restart_count, preempt_time=t, now=clock())
+        run, st, created = open_set(repo, cfg, job.job_id, job.restart_count, preempt_time=t, now=clock(),
+                                    trigger=trigger)
         if st.state == S.PENDING:
             repo.transition(st.id, S.QUIESCING, at=t)
         # Under load the node Epilogs may have opened (even finalized) it first.
         # t is a lower bound (PreemptTime less GraceTime and a slack): say so;
         # the ranks' acknowledgements replace it with when the signal came.
-        repo.event("preempt", f"set {st.id} ({st.epoch}) opened at preemption, requested no earlier than "
+        at = "preemption" if trigger == "preempt" else "its time limit"
+        repo.event("preempt", f"set {st.id} ({st.epoch}) opened at {at}, requested no earlier than "
                    f"{t:%Y-%m-%dT%H:%M:%SZ}"
                    + ("" if created else f" (already {st.state}: opened by a node Epilog)"),
                    job_id=job.job_id, set_id=st.id)
@@ -80,7 +83,7 @@ def cut_budget(remaining: float) -> float:
 
 
 def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=utcnow, backend_for=None,
-               hook=None, remaining: float | None = None) -> str:
+               hook=None, remaining: float | None = None, trigger: str = "preempt") -> str:
     """One node's share of the preemption set. Returns a one-line summary.
 
     `preempt_time` is the request's lower bound (PreemptTime less GraceTime
@@ -90,7 +93,11 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
 
     `remaining` is what is left of the hook's budget (hooks.policy.remaining();
     the whole hook_budget when None): the cut gets that less what recording
-    needs, so a slow backend becomes a MISSING part recorded here."""
+    needs, so a slow backend becomes a MISSING part recorded here.
+
+    `trigger` is the set's: "preempt", or "timelimit" when the job stopped
+    before its time limit (--snapshot-before-timelimit; then `killed_at` is
+    when it stopped)."""
     deadline = time.monotonic() + (cfg.timeouts.hook_budget if remaining is None else remaining)
     hook = hook or (lambda phase: None)
     rec = recorder_for(cfg, inventory)
@@ -100,7 +107,10 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
     t_pre = as_time(preempt_time)
     t_kill = as_time(killed_at) or t_pre
     opened = rec.open(job_id=job.job_id, restart_count=job.restart_count, node=node,
-                      nodes=list(job.nodes or []), preempt_time=t_pre.timestamp() if t_pre else None)
+                      nodes=list(job.nodes or []), preempt_time=t_pre.timestamp() if t_pre else None,
+                      # Named only when it is not the default, which a service
+                      # older than this option still answers.
+                      **({} if trigger == "preempt" else {"trigger": trigger}))
     set_id, epoch, state, uid = opened.set_id, opened.epoch, opened.state, opened.uid
     nodes = list(opened.nodes)
     volumes = list(opened.volumes)

@@ -19,7 +19,7 @@ import datetime as dt
 
 from .. import states as S
 from ..clock import aware, utcnow
-from ..errors import NotFound
+from ..errors import BadValueError, NotFound
 from ..inventory.records import Refusal, SnapshotRecord
 from ..jobrecords import Ack, EarlyDecision, VolumeRecord, preempt_epoch
 from .resume import ResumePoint, resume_point
@@ -97,14 +97,17 @@ def _preempted_run(repo, job_id: int, restart_count: int, preempt_time: dt.datet
     return run
 
 
-def open_set(repo, cfg, job_id: int, restart_count: int, *, preempt_time: dt.datetime | None, now: dt.datetime):
-    """(run, set, created): the preemption set of the preempted run, opened
-    if no hook has yet."""
+def open_set(repo, cfg, job_id: int, restart_count: int, *, preempt_time: dt.datetime | None, now: dt.datetime,
+             trigger: str = "preempt"):
+    """(run, set, created): the preemption (or time-limit: `trigger`) set of
+    the run that ended, opened if no hook has yet."""
+    if trigger not in S.HOOK_TRIGGERS:
+        raise BadValueError(what="trigger", value=trigger, why=f"the hooks open {' or '.join(S.HOOK_TRIGGERS)} sets")
     run = _preempted_run(repo, job_id, restart_count, preempt_time)
     # Unknown preemption time: the run's start is the honest lower bound for
     # "acknowledged after the request".
     requested = preempt_time or run.created_at
-    st, created = repo.create_set(run, epoch=preempt_epoch(run.restart_count), trigger="preempt",
+    st, created = repo.create_set(run, epoch=preempt_epoch(run.restart_count), trigger=trigger,
                                   wanted=_wanted(run), deadline=_deadline(cfg, now), owner=PREEMPT_OWNER,
                                   requested_at=requested)
     if not created and preempt_time is not None and st.state in S.ACTIVE \
@@ -135,14 +138,16 @@ def early_text(early: EarlyDecision, requested_at: dt.datetime | None) -> str:
     return f"not released early ({early.decision}): {why}"
 
 
-def release_of(early: EarlyDecision | None, preempt_time: dt.datetime | None) -> tuple[dt.datetime, str] | None:
+def release_of(early: EarlyDecision | None, preempt_time: dt.datetime | None,
+               trigger: str = "preempt") -> tuple[dt.datetime, str] | None:
     """When and how the preempted job gave its nodes back: rank 0's requeue
     (jobrecords.EARLY_RELEASED), else Slurm's PreemptTime, which the Epilogs
-    see as the kill at the end of GraceTime."""
+    see as the kill at the end of GraceTime; for a time-limit set, the time
+    limit ("limit": Slurm ended the job there)."""
     if early is not None and early.released:
         return as_time(early.at), "early"
     if preempt_time is not None:
-        return preempt_time, "grace"
+        return preempt_time, ("limit" if trigger == "timelimit" else "grace")
     return None
 
 
@@ -155,10 +160,10 @@ class LocalRecorder:
         self.cfg, self.inv, self.clock = cfg, inventory, clock
 
     def open(self, *, job_id: int, restart_count: int, node: str, nodes: list[str],
-             preempt_time: float | None) -> OpenedSet:
+             preempt_time: float | None, trigger: str = "preempt") -> OpenedSet:
         with self.inv.session() as repo:
             run, st, _ = open_set(repo, self.cfg, job_id, restart_count, preempt_time=as_time(preempt_time),
-                                  now=self.clock())
+                                  now=self.clock(), trigger=trigger)
             return OpenedSet(set_id=st.id, epoch=st.epoch, state=st.state, nodes=tuple(run.nodes or nodes or [node]),
                              volumes=tuple(VolumeRecord.of(v) for v in repo.volumes(run)), uid=run.uid)
 
@@ -202,7 +207,7 @@ class LocalRecorder:
             repo.record_parts(set_id, parts)
             if early is not None:
                 repo.event("preempt", early_text(early, st.requested_at), job_id=job_id, set_id=set_id, node=node)
-            released = release_of(early, as_time(preempt_time))
+            released = release_of(early, as_time(preempt_time), st.trigger)
             # Rank 0's requeue, when it happened, is the release; Slurm's kill
             # at the end of GraceTime only when nothing earlier was recorded
             # (the head node, which reads rank 0's decision, may record last).

@@ -105,7 +105,7 @@ _COLUMNS = (
     Column("Partition", 10, RIGHT, _str("partition"), "partition of the run"),
     Column("Restart", 7, RIGHT, _str("restart_count"), "requeue count of the run"),
     Column("Epoch", 16, RIGHT, _str("epoch"), "snapshot epoch (preempt-N or the request's epoch)"),
-    Column("Trigger", 8, RIGHT, _str("trigger"), "preempt, manual, periodic or epilog"),
+    Column("Trigger", 9, RIGHT, _str("trigger"), "preempt, timelimit, manual, periodic or epilog"),
     Column("Wanted", 6, RIGHT, _str("wanted"), "consistency asked for: app or crash"),
     Column("Consistency", 16, RIGHT, _str("consistency"), "label earned: app-consistent, crash-consistent, none"),
     Column("State", 14, RIGHT, _str("state"), "set state (COMPLETE, VERIFIED, PARTIAL, FAILED, ...); UNPROTECTED: "
