@@ -69,7 +69,10 @@ project_hash() {
 
 # Builds a wheel from a copy of the project (pip's in-tree build would leave
 # build/ and *.egg-info in the developer's work tree), then installs it:
-# first with its extras so new dependencies arrive (a no-op when satisfied),
+# first with its extras so new dependencies arrive (a no-op when satisfied;
+# torch, Lightning, torchdata, transformers and accelerate for the framework
+# examples and their tests: torch==2.13.0 from the local wheel house, so
+# nothing asks for a CUDA build),
 # then --force-reinstall --no-deps so the code is replaced even when the
 # version did not change. torch comes from the local wheel house.
 install_project() {
@@ -80,7 +83,7 @@ install_project() {
 	{
 		"$VENV/bin/pip" wheel --disable-pip-version-check -q --no-deps -w "$tmp/dist" "$tmp" &&
 			whl=$(ls "$tmp"/dist/*.whl) &&
-			"$VENV/bin/pip" install --disable-pip-version-check -q --find-links "$WHEELS" "$whl[test,example,postgres,mysql]" &&
+			"$VENV/bin/pip" install --disable-pip-version-check -q --find-links "$WHEELS" "$whl[test,example,hf,postgres,mysql]" &&
 			"$VENV/bin/pip" install --disable-pip-version-check -q --no-deps --force-reinstall "$whl"
 	} </dev/null >>"$STATE/log/pip.log" 2>&1 9>&- || rc=$?
 	rm -rf "$tmp"

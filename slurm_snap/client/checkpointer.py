@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import slurm_snap.client.checkpoint_dir as checkpoint_dir
 import slurm_snap.client.early as early
 import slurm_snap.client.slurmenv as slurmenv
 from slurm_snap.client.agree import DEFAULT_TIMEOUT, StepAgreement, distributed
@@ -449,6 +450,18 @@ class Checkpointer:
             return None
         resume = self.jobdir.read_resume()
         return None if resume is None else resume.to_json()
+
+    def checkpoint_dir(self, subdir: str = "ckpt") -> str:
+        """Where a framework callback keeps its checkpoints: `subdir` of the
+        first shared volume the job declared (client/checkpoint_dir.py);
+        CheckpointDirError naming why when none can hold them; the working
+        directory outside slurm-snap."""
+        return checkpoint_dir.choose(self.jobdir.read_job() if self.enabled else None, self.job_id, subdir,
+                                     self._env)
+
+    def covers(self, path: str) -> bool:
+        """`path` is inside a volume the job declared (so the snapshot holds it)."""
+        return checkpoint_dir.covered(self.jobdir.read_job() if self.enabled else None, self.node, path)
 
     def volume_path(self, class_name: str) -> str:
         """Path of a declared volume class for this node, from job.json."""
