@@ -190,7 +190,7 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
 	(void) ac;
 	(void) av;
-	return spank_remote(sp) == 1 ? snap_remote_user_init(sp) : 0;
+	return spank_remote(sp) == 1 ? snap_remote_user_init(sp, ctx.helper) : 0;
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)

@@ -5,6 +5,7 @@
  *   helper.c      exec of `slurm-snap hook validate-options` (argv, timeout)
  *   local.c       sbatch/srun/salloc side: check, validate, export
  *   remote.c      slurmstepd side: copy job-control variables for the ranks;
+ *                 start the requeue watch for ranks without scontrol;
  *                 in each step's task 0, print the Prologs' notices
  */
 #ifndef SLURM_SNAP_PLUGIN_H
@@ -53,7 +54,7 @@ int snap_check_consistency(const char *value);
 int snap_run_validate(const struct snap_options *o, char *out, size_t out_cap);
 
 int snap_local_post_opt(spank_t sp, const struct snap_options *o);
-int snap_remote_user_init(spank_t sp);
+int snap_remote_user_init(spank_t sp, const char *helper);
 int snap_remote_task_init(spank_t sp);
 
 #endif

@@ -58,6 +58,25 @@ def validate_options(ctx, volumes, consistency, resume_cmd, every, before_timeli
         click.echo(f"SLURM_SNAP_SLURM_BIN={ctx.config.slurm.bin_dir}")
 
 
+@command.command("watch-requeue")
+@click.option("--job", required=True, help="The job id.")
+@click.option("--epoch", required=True, help="The run's epoch, preempt-<restart count>.")
+@click.option("--barrier-dir", required=True, help="The barrier area (SLURM_SNAP_BARRIER_DIR).")
+@click.option("--parent", required=True, type=int, help="slurmstepd's pid: the watch ends with it.")
+@click.option("--margin", type=int, default=None, help="SLURM_SNAP_TIMELIMIT_MARGIN, if the job has one.")
+@click.option("--early-release/--no-early-release", default=False, help="SLURM_SNAP_EARLY_RELEASE.")
+def watch_requeue(job, epoch, barrier_dir, parent, margin, early_release):
+    """Requeue for a rank 0 that has no scontrol (run by the SPANK plugin, as the job's user, outside containers)."""
+    from ..client.early import watch_for_asked
+    from ..jobdir import JobDir
+    from ..jobrecords import check_name
+
+    outcome = watch_for_asked(JobDir(barrier_dir, job), check_name("epoch", epoch), parent=parent,
+                              early_release=early_release, margin=margin)
+    if outcome:
+        click.echo(f"slurm-snap: job {job} {epoch}: {outcome}", err=True)
+
+
 # Slurm's --signal time is 16 bits (sig_time in job_desc_msg_t).
 MAX_TIMELIMIT_MARGIN = 65535
 MIN_TIMELIMIT_MARGIN = 10

@@ -50,8 +50,8 @@ from datetime import datetime
 
 from slurm_snap.errors import SnapError
 from slurm_snap.jobdir import JobDir, is_ack_name
-from slurm_snap.jobrecords import (BY_RANK, EARLY_FAILED, EARLY_KEPT, EARLY_REQUEUED, EARLY_REQUEUEING, EARLY_WAITED,
-                                   Ack, EarlyDecision, SIGNAL_SLACK, TimeLimitRecord)
+from slurm_snap.jobrecords import (BY_NODE, BY_RANK, EARLY_ASKED, EARLY_FAILED, EARLY_KEPT, EARLY_REQUEUED,
+                                   EARLY_REQUEUEING, EARLY_WAITED, SIGNAL_SLACK, Ack, EarlyDecision, TimeLimitRecord)
 
 ENV = "SLURM_SNAP_EARLY_RELEASE"
 TIMELIMIT_ENV = "SLURM_SNAP_TIMELIMIT_MARGIN"
@@ -143,22 +143,9 @@ def judge(fields: dict[str, str], *, early_release: bool, margin: int | None,
 
 
 def all_acknowledged(jobdir: JobDir, epoch: str, world_size: int) -> bool:
-    """Every rank 0..world_size-1 has a valid acknowledgement of `epoch`."""
-    try:
-        names = os.listdir(jobdir.ack)
-    except OSError:
-        return False
-    ranks: set[int] = set()
-    for name in names:
-        if not is_ack_name(name):
-            continue
-        try:
-            with open(os.path.join(jobdir.ack, name), "rb") as f:
-                ack = Ack.from_bytes(f.read(), jobdir.job_id, epoch)
-        except (OSError, SnapError):
-            continue   # another epoch's, half-visible or foreign: not one of ours
-        ranks.add(ack.rank)
-    return ranks >= set(range(world_size))
+    """Every rank 0..world_size-1 has a valid acknowledgement of `epoch`
+    (another epoch's, half-visible or foreign files are not ours)."""
+    return {ack.rank for ack in acknowledgements(jobdir, epoch)} >= set(range(world_size))
 
 
 class EarlyRelease:
@@ -208,24 +195,31 @@ class EarlyRelease:
             if not self._stop.is_set():
                 self._record(EARLY_WAITED, why="not every rank acknowledged in time: Slurm ends the job at GraceTime")
             return
+        if self.run is run_scontrol and scontrol() is None:
+            # A container without Slurm's commands: ask the node's slurm-snap
+            # hook, outside the container, to decide and requeue
+            # (watch_for_asked, started by the SPANK plugin). Without it, a
+            # preemption ends at GraceTime's end and a job at its time limit
+            # is requeued by EpilogSlurmctld.
+            self._record(EARLY_ASKED, why="no scontrol here (a container?): the node's slurm-snap hook decides",
+                         all_acknowledged_at=seen_all)
+            return
+        self.requeue_now(seen_all, by=BY_RANK)
+
+    def requeue_now(self, seen_all: float, *, by: str) -> str:
+        """Every rank acknowledged (at `seen_all`): ask Slurm why it signalled
+        and requeue when judge() says so; record each step. Returns the outcome."""
         job = self.jobdir.job_id
         try:
-            if self.run is run_scontrol and scontrol() is None:
-                # A container without Slurm's commands: nothing to ask, nobody
-                # to requeue from here. A preemption ends at GraceTime's end; a
-                # job at its time limit is requeued by EpilogSlurmctld.
-                self._record(EARLY_KEPT, why="no scontrol here (a container?): Slurm ends the job; "
-                                             "the hooks snapshot and requeue it", all_acknowledged_at=seen_all)
-                return
             verdict = judge(job_state(job, self.run), early_release=self.early_release, margin=self.margin,
                             now=self.clock())
             why = verdict.why
             if not verdict.requeue:
                 self._record(EARLY_KEPT, why=why, all_acknowledged_at=seen_all)
-                return
+                return self.outcome
             if verdict.trigger == "timelimit":
                 # Before the requeue, which ends the job: the Epilogs must find it.
-                self.jobdir.write_timelimit(TimeLimitRecord(epoch=self.epoch, at=self.clock(), by=BY_RANK,
+                self.jobdir.write_timelimit(TimeLimitRecord(epoch=self.epoch, at=self.clock(), by=by,
                                                             margin=int(self.margin), left=verdict.left, why=why))
             # The requeue ends the job at once: Slurm signals every rank and
             # kills them KillWait later, so nothing written after the call is
@@ -241,12 +235,67 @@ class EarlyRelease:
                 # before it could exit 0 (measured on the dev cluster: the
                 # decision said "failed" 27 ms after the last acknowledgement,
                 # the job requeued). The intent stands as the record.
-                return
+                return self.outcome
             if proc.returncode != 0:
                 self._record(EARLY_FAILED,
                              why=f"scontrol requeue exited {proc.returncode}: {proc.stderr.strip()[:200]}",
                              all_acknowledged_at=seen_all)
-                return
+                return self.outcome
             self._record(EARLY_REQUEUED, why=why, all_acknowledged_at=seen_all, at=at)
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
             self._record(EARLY_FAILED, why=str(exc)[:200], all_acknowledged_at=seen_all)
+        return self.outcome
+
+
+def watch_for_asked(jobdir: JobDir, epoch: str, *, parent: int, early_release: bool, margin: int | None,
+                    poll: float = 0.2, run: Callable = run_scontrol) -> str:
+    """The node's side of early release for ranks without scontrol (a
+    container): run outside the container, as the job's user, by the SPANK
+    plugin on the step's first node for as long as the step lives (`parent`
+    is its slurmstepd). When rank 0 wrote `asked` for `epoch`
+    (every rank acknowledged), decide and requeue as rank 0 would have;
+    return the outcome, or "" when the step ended first."""
+    while _alive(parent):
+        try:
+            decision = jobdir.read_early(epoch)
+        except (OSError, SnapError):
+            decision = None
+        if decision is not None and decision.decision == EARLY_ASKED:
+            ack = next(iter(acknowledgements(jobdir, epoch)), None)
+            world = ack.world_size if ack is not None else None
+            if not world or not all_acknowledged(jobdir, epoch, world):
+                # rank 0 saw them all; a partial view here is not a reason to requeue
+                time.sleep(poll)
+                continue
+            watcher = EarlyRelease(jobdir, epoch, world, deadline=0, run=run, early_release=early_release,
+                                   margin=margin)
+            return watcher.requeue_now(decision.all_acknowledged_at or time.time(), by=BY_NODE)
+        time.sleep(poll)
+    return ""
+
+
+def _alive(pid: int) -> bool:
+    """slurmstepd, which is root's: signal 0 says whether it still exists."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def acknowledgements(jobdir: JobDir, epoch: str):
+    """The valid acknowledgements of `epoch` in ack/, in name order."""
+    try:
+        names = sorted(n for n in os.listdir(jobdir.ack) if is_ack_name(n))
+    except OSError:
+        return
+    for name in names:
+        try:
+            with open(os.path.join(jobdir.ack, name), "rb") as f:
+                yield Ack.from_bytes(f.read(), jobdir.job_id, epoch)
+        except (OSError, SnapError):
+            continue

@@ -286,22 +286,9 @@ def _requeue_at_limit(cfg: Config, job: JobEnv) -> str:
 
 def _world_size(jd: JobDir, epoch: str) -> int | None:
     """The world the ranks' acknowledgements of `epoch` name."""
-    from ..jobdir import is_ack_name
-    from ..jobrecords import Ack
+    from ..client.early import acknowledgements
 
-    try:
-        names = [n for n in os.listdir(jd.ack) if is_ack_name(n)]
-    except OSError:
-        return None
-    for name in names:
-        try:
-            with open(os.path.join(jd.ack, name), "rb") as f:
-                ack = Ack.from_bytes(f.read(), jd.job_id, epoch)
-        except (OSError, SnapError):
-            continue
-        if ack.world_size:
-            return ack.world_size
-    return None
+    return next((a.world_size for a in acknowledgements(jd, epoch) if a.world_size), None)
 
 
 def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:

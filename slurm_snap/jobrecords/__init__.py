@@ -47,19 +47,19 @@ Nothing here may import beyond the standard library and slurm_snap.errors
 """
 from slurm_snap.jobrecords.ack import (ACK_VERSION, ACK_VERSIONS, MAX_ACK_BYTES, MAX_AGREEMENT, MAX_RANK, MAX_STEP,
                                        Ack, ManifestEntry)
-from slurm_snap.jobrecords.early import (EARLY_DECISIONS, EARLY_FAILED, EARLY_KEPT, EARLY_RELEASED, EARLY_REQUEUED,
-                                         EARLY_REQUEUEING, EARLY_WAITED, EarlyDecision)
+from slurm_snap.jobrecords.early import (EARLY_ASKED, EARLY_DECISIONS, EARLY_FAILED, EARLY_KEPT, EARLY_RELEASED,
+                                         EARLY_REQUEUED, EARLY_REQUEUEING, EARLY_WAITED, EarlyDecision)
 from slurm_snap.jobrecords.fields import PREEMPT_PREFIX, check_name, is_preempt_epoch, preempt_epoch
 from slurm_snap.jobrecords.job import JobRecord, VolumeRecord
 from slurm_snap.jobrecords.release import ReleaseRecord
 from slurm_snap.jobrecords.request import RequestRecord
 from slurm_snap.jobrecords.resume import ResumeRank, ResumeRecord
-from slurm_snap.jobrecords.timelimit import BY_EPILOG, BY_RANK, SIGNAL_SLACK, TimeLimitRecord
+from slurm_snap.jobrecords.timelimit import BY_EPILOG, BY_NODE, BY_RANK, SIGNAL_SLACK, TimeLimitRecord
 
 __all__ = [
     "ACK_VERSION", "ACK_VERSIONS", "MAX_ACK_BYTES", "MAX_AGREEMENT", "MAX_RANK", "MAX_STEP", "Ack", "ManifestEntry",
-    "EARLY_DECISIONS", "EARLY_FAILED", "EARLY_KEPT", "EARLY_RELEASED", "EARLY_REQUEUED", "EARLY_REQUEUEING",
+    "EARLY_ASKED", "EARLY_DECISIONS", "EARLY_FAILED", "EARLY_KEPT", "EARLY_RELEASED", "EARLY_REQUEUED", "EARLY_REQUEUEING",
     "EARLY_WAITED", "EarlyDecision", "PREEMPT_PREFIX", "check_name", "is_preempt_epoch", "preempt_epoch",
     "JobRecord", "VolumeRecord", "ReleaseRecord", "RequestRecord", "ResumeRank",
-    "ResumeRecord", "BY_EPILOG", "BY_RANK", "SIGNAL_SLACK", "TimeLimitRecord",
+    "ResumeRecord", "BY_EPILOG", "BY_NODE", "BY_RANK", "SIGNAL_SLACK", "TimeLimitRecord",
 ]

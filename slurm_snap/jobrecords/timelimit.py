@@ -4,8 +4,9 @@ time limit, and its checkpoint is to be snapshot as a set whose trigger is
 
 Whoever requeues the job for its time limit writes it *before* the requeue:
 rank 0 (client/early.py), once every rank acknowledged the checkpoint Slurm's
-`--signal=USR1@MARGIN` asked for, or EpilogSlurmctld when the job reached
-its limit without (a container with no `scontrol`). The node Epilogs ask
+`--signal=USR1@MARGIN` asked for, or for a rank 0 without `scontrol` (a
+container) the node's slurm-snap hook outside it, or EpilogSlurmctld when
+the job reached its limit without. The node Epilogs ask
 squeue first (Reason=TimeLimit while the job is not yet requeued) and read
 this file after: written before the requeue, it is there whenever squeue no
 longer says so.
@@ -23,8 +24,9 @@ SIGNAL_SLACK = 120
 
 # Who decided: the two writers above.
 BY_RANK = "rank 0"
+BY_NODE = "node hook"          # for rank 0 without scontrol (client/early.watch_for_asked)
 BY_EPILOG = "epilog-slurmctld"
-TIMELIMIT_BY = (BY_RANK, BY_EPILOG)
+TIMELIMIT_BY = (BY_RANK, BY_NODE, BY_EPILOG)
 
 
 @dataclass(frozen=True)

@@ -106,15 +106,29 @@ def test_rank_0_writes_the_time_limit_record_then_requeues(tmp_path):
     assert not is_ack_name(os.path.basename(jd.timelimit_path("preempt-0")))
 
 
-def test_without_scontrol_rank_0_leaves_the_requeue_to_the_hooks(tmp_path, monkeypatch):
-    """A container with no Slurm commands: nothing asked, nothing requeued."""
+def test_without_scontrol_rank_0_asks_the_node_hook_which_requeues(tmp_path, monkeypatch):
+    """A container with no Slurm commands: rank 0 writes `asked`; the node's
+    hook outside the container (the SPANK plugin starts it) decides with
+    Slurm's answer and requeues, before the time limit as rank 0 would."""
     jd = acked(tmp_path)
     monkeypatch.setattr(early, "scontrol", lambda: None)
     w = early.EarlyRelease(jd, "preempt-0", 3, deadline=time.monotonic() + 5, early_release=True,
                            margin=60).start()
     w.join(5)
-    assert w.outcome == "kept" and "no scontrol" in jd.read_early("preempt-0").why
+    assert w.outcome == "asked" and "no scontrol" in jd.read_early("preempt-0").why
     assert jd.read_timelimit("preempt-0") is None
+    sc = Scontrol(show(70))
+    out = early.watch_for_asked(jd, "preempt-0", parent=os.getpid(), early_release=False, margin=60, run=sc)
+    assert out == "requeued" and sc.calls[-1] == ["requeue", JOB]
+    assert jd.read_timelimit("preempt-0").by == "node hook" and jd.read_early("preempt-0").decision == "requeued"
+
+
+def test_the_node_hook_leaves_when_its_step_ends_and_ignores_rank_0s_own_decisions(tmp_path):
+    jd = acked(tmp_path)
+    sc = Scontrol(show(70))
+    # Its slurmstepd is gone: nothing to do.
+    assert early.watch_for_asked(jd, "preempt-0", parent=-1, early_release=True, margin=60, run=sc) == ""
+    assert sc.calls == []
 
 
 def test_the_margin_reaches_rank_0_even_where_early_release_is_off(tmp_path):
