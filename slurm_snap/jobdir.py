@@ -236,7 +236,9 @@ class JobDir:
             return self._write(self.ack, os.path.basename(self.timelimit_path(record.epoch)), record.to_json())
         return write_json(self.timelimit_path(record.epoch), record.to_json(), mode=0o600)
 
-    def read_timelimit(self, epoch: str) -> TimeLimitRecord | None:
+    def read_timelimit(self, epoch: str, owner_uid: int | None = None) -> TimeLimitRecord | None:
+        """The run's time-limit record; root (the Epilogs) passes the job's
+        user's `owner_uid`, as for read_early (ack/ is that user's)."""
         path = self.timelimit_path(epoch)
-        data = _read(path)
+        data = _read(path, owner_uid)
         return None if data is None else TimeLimitRecord.parse(data, path)

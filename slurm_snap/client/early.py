@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 import subprocess
 import threading
 import time
@@ -51,7 +52,8 @@ from datetime import datetime
 from slurm_snap.errors import SnapError
 from slurm_snap.jobdir import JobDir, is_ack_name
 from slurm_snap.jobrecords import (BY_NODE, BY_RANK, EARLY_ASKED, EARLY_FAILED, EARLY_KEPT, EARLY_REQUEUED,
-                                   EARLY_REQUEUEING, EARLY_WAITED, SIGNAL_SLACK, Ack, EarlyDecision, TimeLimitRecord)
+                                   EARLY_REQUEUEING, EARLY_WAITED, MAX_ACK_BYTES, SIGNAL_SLACK, Ack, EarlyDecision,
+                                   TimeLimitRecord)
 
 ENV = "SLURM_SNAP_EARLY_RELEASE"
 TIMELIMIT_ENV = "SLURM_SNAP_TIMELIMIT_MARGIN"
@@ -288,14 +290,23 @@ def _alive(pid: int) -> bool:
 
 
 def acknowledgements(jobdir: JobDir, epoch: str):
-    """The valid acknowledgements of `epoch` in ack/, in name order."""
+    """The valid acknowledgements of `epoch` in ack/, in name order. Read as
+    root too (EpilogSlurmctld at a time limit): no link followed, no FIFO
+    waited on, regular files only."""
     try:
         names = sorted(n for n in os.listdir(jobdir.ack) if is_ack_name(n))
     except OSError:
         return
     for name in names:
         try:
-            with open(os.path.join(jobdir.ack, name), "rb") as f:
-                yield Ack.from_bytes(f.read(), jobdir.job_id, epoch)
-        except (OSError, SnapError):
+            fd = os.open(os.path.join(jobdir.ack, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
             continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            yield Ack.from_bytes(os.read(fd, MAX_ACK_BYTES + 1), jobdir.job_id, epoch)
+        except (OSError, SnapError):
+            continue   # another epoch's, half-visible or foreign: not one of ours
+        finally:
+            os.close(fd)

@@ -243,7 +243,7 @@ def _run_epoch(cfg: Config, job: JobEnv) -> str:
 
 def _timelimit_record(cfg: Config, job: JobEnv):
     try:
-        return JobDir(cfg.paths.barrier_dir, job.job_id).read_timelimit(_run_epoch(cfg, job))
+        return JobDir(cfg.paths.barrier_dir, job.job_id).read_timelimit(_run_epoch(cfg, job), job.uid)
     except (OSError, SnapError) as exc:
         log.warning("job %s: time-limit record not read: %s", job.job_id, exc)
         return None
