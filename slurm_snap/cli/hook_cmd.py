@@ -15,7 +15,7 @@ def command():
     """Entry points for Slurm (not for interactive use)."""
 
 
-@command.command("validate-options")
+@command.command(hooknames.VALIDATE_OPTIONS)
 @click.option("--volumes", default=None, help="The --snapshot-volumes value as given.")
 @click.option("--consistency", default=S.WANT_APP, show_default=True)
 @click.option("--resume-cmd", default="", help="The --snapshot-resume-cmd value as given.")
@@ -58,7 +58,7 @@ def validate_options(ctx, volumes, consistency, resume_cmd, every, before_timeli
         click.echo(f"SLURM_SNAP_SLURM_BIN={ctx.config.slurm.bin_dir}")
 
 
-@command.command("watch-requeue")
+@command.command(hooknames.WATCH_REQUEUE)
 @click.option("--job", required=True, help="The job id.")
 @click.option("--epoch", required=True, help="The run's epoch, preempt-<restart count>.")
 @click.option("--barrier-dir", required=True, help="The barrier area (SLURM_SNAP_BARRIER_DIR).")

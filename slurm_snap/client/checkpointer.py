@@ -437,6 +437,13 @@ class Checkpointer:
             self._epoch = None
         return released
 
+    def _served_alone(self) -> None:
+        """The request was served with nobody to release it (outside slurm-snap:
+        the framework callbacks checkpoint on the signal anyway): it is done,
+        so the next step does not checkpoint again."""
+        self._flag.clear(self._serving or self._flag.requests, after_preempt=False)
+        self._epoch = None
+
     def _wait_release(self, epoch: str, timeout: float, use_inotify: bool) -> bool:
         return wait_for_path(self.release_path(epoch), float(timeout),
                              should_abort=lambda: self._flag.terminating, use_inotify=use_inotify)

@@ -30,7 +30,7 @@ import re
 
 from transformers import TrainerCallback
 
-from slurm_snap.client.checkpointer import Checkpointer
+from slurm_snap.client.callback_state import CallbackState
 
 # What the Trainer calls a checkpoint directory, and each rank's RNG state in it.
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -51,20 +51,10 @@ def own_files(directory: str, rank: int) -> list[str]:
     return sorted(out)
 
 
-class SnapshotCallback(TrainerCallback):
+class SnapshotCallback(CallbackState, TrainerCallback):
     def __init__(self, *, release_timeout: float = 120.0, **checkpointer_options):
-        self.release_timeout = release_timeout
-        self._options = checkpointer_options
-        self.ckpt: Checkpointer | None = None
+        self._state_init(release_timeout, checkpointer_options)
         self._pending: int | None = None            # the step a checkpoint was asked for
-        self.saved: list[tuple[int, str]] = []      # (step, directory) of every checkpoint taken
-        self._resumed_from: int | None = None
-        self._marked = False
-
-    def _client(self) -> Checkpointer:
-        if self.ckpt is None:
-            self.ckpt = Checkpointer(**self._options)
-        return self.ckpt
 
     # -- where ------------------------------------------------------------
     def checkpoint_dir(self) -> str:
@@ -85,24 +75,10 @@ class SnapshotCallback(TrainerCallback):
             if name.startswith(CHECKPOINT_PREFIX) and name[len(CHECKPOINT_PREFIX):].isdigit():
                 self._resumed_from = int(name[len(CHECKPOINT_PREFIX):])
             return given
-        info = self._client().resume_info()
-        if info is not None:
-            for key in ("snapshot", "live"):
-                path = info["checkpoint"][key]
-                if path and os.path.isdir(path):
-                    self._resumed_from = int(info["step"])
-                    return path
-        base = output_dir or self.checkpoint_dir()
-        steps = sorted((int(n[len(CHECKPOINT_PREFIX):]), n) for n in (os.listdir(base) if os.path.isdir(base) else ())
-                       if n.startswith(CHECKPOINT_PREFIX) and n[len(CHECKPOINT_PREFIX):].isdigit())
-        if steps:
-            self._resumed_from = steps[-1][0]
-            return os.path.join(base, steps[-1][1])
-        return None
-
-    @property
-    def resumed_step(self) -> int | None:
-        return self._resumed_from
+        found = self._from_resume_json()
+        if found is not None and os.path.isdir(found):
+            return found
+        return self._newest(output_dir or self.checkpoint_dir(), CHECKPOINT_PREFIX)
 
     # -- the Trainer's events ---------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
@@ -118,10 +94,7 @@ class SnapshotCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         ckpt = self._client()
         step = int(state.global_step)
-        if self._resumed_from is not None and not self._marked and step > self._resumed_from:
-            self._marked = True
-            if state.is_world_process_zero:
-                ckpt.mark_first_step(step)
+        self._mark_first_step(step, state.is_world_process_zero)
         action = ckpt.decide(step)
         if action.checkpoint:
             self._pending = step
@@ -140,6 +113,8 @@ class SnapshotCallback(TrainerCallback):
             ckpt.commit(step, own_files(directory, ckpt.rank))
             if not ckpt.wait_for_release(self.release_timeout) and ckpt.terminating:
                 control.should_training_stop = True
+        else:
+            ckpt._served_alone()
         return control
 
     def on_train_end(self, args, state, control, **kwargs):

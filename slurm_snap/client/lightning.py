@@ -45,29 +45,19 @@ try:
 except ImportError:  # the older package name
     import pytorch_lightning as pl
 
-from slurm_snap.client.checkpointer import Checkpointer
-from slurm_snap.errors import SnapError
+from slurm_snap.client.callback_state import CallbackState
 
 
-class SnapshotCallback(pl.Callback):
+class SnapshotCallback(CallbackState, pl.Callback):
     def __init__(self, dirpath: str | None = None, *, release_timeout: float = 120.0,
                  filename: str = "model.ckpt", **checkpointer_options):
         super().__init__()
+        self._state_init(release_timeout, checkpointer_options)
         self.dirpath = dirpath
         self.filename = filename
-        self.release_timeout = release_timeout
-        self._options = checkpointer_options
-        self.ckpt: Checkpointer | None = None
-        self.saved: list[tuple[int, str]] = []      # (step, path) of every checkpoint taken
-        self._resumed_from: int | None = None
-        self._marked = False
+        self._sigterm_before = None
 
     # -- where ------------------------------------------------------------
-    def _client(self) -> Checkpointer:
-        if self.ckpt is None:
-            self.ckpt = Checkpointer(**self._options)
-        return self.ckpt
-
     def checkpoint_dir(self) -> str:
         """dirpath, else ckpt/ on the first shared volume the job declared (in a
         restore drill: its restored copy); CheckpointDirError, naming why, when
@@ -81,27 +71,10 @@ class SnapshotCallback(pl.Callback):
         requeued run the snapshot's copy named by resume.json; otherwise the
         newest step-N/<filename> of checkpoint_dir(); None for a fresh start.
         `resumed_step` says which step it is."""
-        info = self._client().resume_info()
-        if info is not None:
-            for key in ("snapshot", "live"):
-                path = info["checkpoint"][key]
-                if path and os.path.isdir(path):
-                    path = os.path.join(path, self.filename)
-                if path and os.path.isfile(path):
-                    self._resumed_from = int(info["step"])
-                    return path
-        base = self.checkpoint_dir()
-        steps = sorted((int(n[5:]), n) for n in (os.listdir(base) if os.path.isdir(base) else ())
-                       if n.startswith("step-") and n[5:].isdigit()
-                       and os.path.isfile(os.path.join(base, n, self.filename)))
-        if steps:
-            self._resumed_from = steps[-1][0]
-            return os.path.join(base, steps[-1][1], self.filename)
-        return None
-
-    @property
-    def resumed_step(self) -> int | None:
-        return self._resumed_from
+        found = self._from_resume_json(self.filename)
+        if found is not None and os.path.isfile(found):
+            return found
+        return self._newest(self.checkpoint_dir(), "step-", self.filename)
 
     # -- Lightning hooks ----------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -127,6 +100,10 @@ class SnapshotCallback(pl.Callback):
         if current is not flag.handler and signal.SIGTERM in flag.request_signals:
             # Lightning composed its SIGTERM handler around ours: ours goes
             # first again, chaining to Lightning's without ourselves in it.
+            # teardown() puts back what was there before Lightning, so a
+            # SIGTERM after fit() never reaches Lightning's handler (which
+            # broadcasts to the process group).
+            self._sigterm_before = flag._previous.get(signal.SIGTERM)
             flag._previous[signal.SIGTERM] = _without(current, flag.handler)
             signal.signal(signal.SIGTERM, flag.handler)
         flag.hold_request_sigterm = True
@@ -136,10 +113,7 @@ class SnapshotCallback(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         ckpt = self._client()
         step = int(trainer.global_step)
-        if self._resumed_from is not None and not self._marked and step > self._resumed_from:
-            self._marked = True
-            if trainer.is_global_zero:
-                ckpt.mark_first_step(step)
+        self._mark_first_step(step, trainer.is_global_zero)
         action = ckpt.decide(step)
         if action.checkpoint:
             path = os.path.join(self.checkpoint_dir(), f"step-{step}", self.filename)
@@ -149,12 +123,17 @@ class SnapshotCallback(pl.Callback):
                 ckpt.commit(step, [path] if trainer.is_global_zero else [])
                 if not ckpt.wait_for_release(self.release_timeout) and ckpt.terminating:
                     trainer.should_stop = True
+            else:
+                ckpt._served_alone()
         if action.stop:
             trainer.should_stop = True
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         if self.ckpt is not None and stage == "fit":
-            self.ckpt._flag.hold_request_sigterm = False
+            flag = self.ckpt._flag
+            flag.hold_request_sigterm = False
+            if self._sigterm_before is not None:
+                flag._previous[signal.SIGTERM] = self._sigterm_before
             self.ckpt.uninstall()
 
     # -- what the user is told once ------------------------------------------

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from test_lockstep_cluster import _preempted_one_point, _restart_count, _text, _wait, PARAMS, RESUMED
+from test_frameworks_cluster import _resumed
+from test_lockstep_cluster import _preempted_one_point, _text, _wait
 
 from testkit.cluster import user_ids
 from testkit.oci import make_bundle
@@ -82,16 +83,6 @@ srun --container={bundle} {cluster.python} {train} --steps 100000 --step-time 0.
         release = cluster.inventory(lambda repo, sid: repo.get_set(sid).release, set_id)
         assert release == "early", (release, decision)
 
-        def resumed():
-            text = _text(log)
-            after = text[text.find("resumed from step"):] if "resumed from step" in text else ""
-            return len(RESUMED.findall(text)) >= 3 and len({r for s, r, _h in PARAMS.findall(after)
-                                                             if int(s) == step + 1}) == 3
-        _wait(resumed, 240, lambda: f"the requeued run did not resume in its containers:\n{_text(log)[-4000:]}")
-        text = _text(log)
-        assert {int(s) for s, _p in RESUMED.findall(text)} == {step}
-        after = text[text.find("resumed from step"):]
-        assert len({h for s, _r, h in PARAMS.findall(after) if int(s) == step + 1}) == 1
-        assert _restart_count(cluster, jid) == 1
+        _resumed(cluster, jid, log, step)
     finally:
         cluster.cancel(jid)

@@ -98,8 +98,9 @@ def test_resume_path_prints_what_this_run_resumes_from(tmp_path, monkeypatch, ca
     assert main(["resume-path", "--step"]) == 0 and capsys.readouterr().out == "120\n"
     assert main(["resume-path", "--json"]) == 0 and json.loads(capsys.readouterr().out)["set_id"] == 4
     # The client alone (a container with only its wheel) answers the same.
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-m", "slurm_snap.client.resume_path", "--step"], capture_output=True,
-                         text=True, env={**os.environ}, timeout=60)
+                         text=True, env={**os.environ, "PYTHONPATH": repo}, timeout=60)
     assert (out.returncode, out.stdout) == (0, "120\n"), out.stderr
     with open(os.path.join(env["SLURM_SNAP_BARRIER_DIR"], JOB, "resume.json"), "w") as f:
         f.write('{"set_id": 4}')
@@ -140,3 +141,40 @@ def test_a_framework_that_stops_at_sigterm_does_not_see_the_one_that_asks_for_th
         assert flag.sigterm_count == 2                      # ours ran once per signal, not twice
     finally:
         flag.uninstall()
+
+
+LIGHTNING_RUN = """
+import os, signal, sys
+import lightning.pytorch as L
+from lightning.pytorch.demos.boring_classes import BoringModel
+from slurm_snap.client.lightning import SnapshotCallback
+
+snap = SnapshotCallback()
+class Ask(L.Callback):
+    def on_train_batch_end(self, trainer, *a):
+        if trainer.global_step == 3 and sys.argv[1] == "first":
+            os.kill(os.getpid(), signal.SIGUSR1)
+trainer = L.Trainer(accelerator="cpu", max_steps=8, logger=False, enable_progress_bar=False,
+                    enable_model_summary=False, enable_checkpointing=False, callbacks=[snap, Ask()])
+resume = snap.resume_path()
+trainer.fit(BoringModel(), ckpt_path=resume)
+print("saved", [s for s, _p in snap.saved], "resumed", snap.resumed_step, "at", trainer.global_step)
+"""
+
+
+def test_outside_slurm_snap_a_signal_is_one_checkpoint_and_the_next_run_resumes_from_it(tmp_path):
+    """No job directory: the callback still checkpoints on the signal, once
+    (nobody releases it), in ./ckpt, and resume_path() finds it."""
+    pytest.importorskip("lightning")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SBATCH"))}, "PYTHONPATH": repo}
+
+    def run(which):
+        out = subprocess.run([sys.executable, "-c", LIGHTNING_RUN, which], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout.strip().splitlines()[-1]
+    first = run("first")
+    saved = first.split("[")[1].split("]")[0]
+    assert saved.isdigit() and "resumed None at 8" in first, first
+    assert run("second") == f"saved [] resumed {saved} at 8"
