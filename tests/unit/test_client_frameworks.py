@@ -178,3 +178,28 @@ def test_outside_slurm_snap_a_signal_is_one_checkpoint_and_the_next_run_resumes_
     saved = first.split("[")[1].split("]")[0]
     assert saved.isdigit() and "resumed None at 8" in first, first
     assert run("second") == f"saved [] resumed {saved} at 8"
+
+
+def test_lightnings_own_checkpoints_outside_the_declared_volumes_are_said_once(tmp_path):
+    """ModelCheckpoint (on by default) writes under default_root_dir: where no
+    volume is, no snapshot holds it. Said at fit()'s start, with the fix."""
+    pytest.importorskip("lightning")
+    from types import SimpleNamespace
+
+    from slurm_snap.client.lightning import SnapshotCallback
+
+    shared = tmp_path / "pfs"
+    env = job_env(tmp_path, [VolumeRecord(path=str(shared), scope="shared", volume_class="pfs")])
+    snap = SnapshotCallback(env=env)
+
+    def trainer(root, dirpath=None):
+        return SimpleNamespace(checkpoint_callbacks=[SimpleNamespace(dirpath=dirpath)], default_root_dir=root)
+    with pytest.warns(UserWarning, match=r"writes under .*lightning_logs, outside the job's declared volumes.*"
+                                         r"default_root_dir=snap.checkpoint_dir\(\)"):
+        snap._warn_outside_volumes(trainer(str(tmp_path / "lightning_logs")))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        snap._warn_outside_volumes(trainer(str(shared / "ckpt")))
+        snap._warn_outside_volumes(trainer(str(tmp_path), dirpath=str(shared / "mc")))
