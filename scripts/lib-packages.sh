@@ -16,12 +16,12 @@ iproute2 util-linux"
 # stop by PID (tests/integration/ceph_cluster.py). ceph-mds depends on the
 # `ceph` metapackage, so mon, mgr and osd come along anyway; naming them says
 # what the fixture runs. Measured on a fresh Debian 12: 94 packages, 246 MB,
-# about 29 s. crun and runc (Debian's OCI runtimes, a few MB) run the
-# containers of tests/integration/test_containers_cluster.py under Slurm's
-# oci.conf (scripts/lib-slurm.sh).
+# about 29 s. runc (Debian's OCI runtime, a few MB) runs the containers of
+# tests/integration/test_containers_cluster.py under Slurm's oci.conf
+# (scripts/lib-slurm.sh says why not crun).
 TEST_PACKAGES="prometheus groff-base man-db zfs-fuse systemd
 ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common
-crun runc"
+runc"
 # The one place that names the venv the hooks, the SPANK plugin's helper=,
 # tests, the demo and benchmarks run. Two developers (or a developer and CI) on
 # one machine each set their own, so one's reinstall cannot break the other's

@@ -9,11 +9,14 @@ read-write what slurm-snap needs a rank to reach: the per-job barrier
 directory and the job's volumes. Nothing else of the host is there: no
 /usr/bin/scontrol, no slurm.conf, no munge socket, as in a site's image.
 
-config.json starts from `crun spec --rootless` (user namespace with the
-job's uid mapped), keeps the node's network namespace (DDP's ranks reach
-each other by the nodes' addresses, as a site's containers use the host
-network), and lets Slurm fill in the process (arguments, environment,
-working directory) when it starts the step.
+config.json starts from `runc spec --rootless`: a user namespace in which
+the job's uid is root (runc 1.1.5 refused a mapping of the uid to itself:
+"User namespaces enabled, but no user mapping found"), so what the ranks
+write is the job's user's on the host; no cgroup limits (rootless); the
+node's network namespace kept (DDP's ranks reach each other by the nodes'
+addresses, as a site's containers use the host network). Slurm fills in
+the process (arguments, environment, working directory) when it starts the
+step.
 """
 from __future__ import annotations
 
@@ -28,8 +31,8 @@ SYSTEM_BINDS = ("/usr/lib/python3.11", "/usr/lib/x86_64-linux-gnu", "/usr/lib64"
 PYTHON = "/usr/bin/python3.11"
 
 
-def spec(runtime: str = "crun") -> dict:
-    """`crun spec --rootless` (or runc's) as a dict."""
+def spec(runtime: str = "runc") -> dict:
+    """`runc spec --rootless` (or crun's) as a dict."""
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"oci-spec-{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)
     try:
@@ -46,7 +49,7 @@ def _bind(source: str, destination: str | None = None, *, ro: bool) -> dict:
 
 
 def make_bundle(bundle: Path, *, uid: int, gid: int, user: str, venv: str, rw: list[str],
-                runtime: str = "crun") -> Path:
+                runtime: str = "runc") -> Path:
     """Write BUNDLE/config.json and BUNDLE/rootfs for user `uid`: `venv`
     mounted read-only at its own path, each path of `rw` read-write at its
     own path (the barrier directory, the job's volumes). Returns the bundle."""
@@ -62,19 +65,20 @@ def make_bundle(bundle: Path, *, uid: int, gid: int, user: str, venv: str, rw: l
     (root / "etc/hosts").touch()
     (root / "usr/bin/python3.11").touch()
     (root / "usr/bin/python3").symlink_to("python3.11")
-    (root / "etc/passwd").write_text(f"root:x:0:0::/root:/bin/false\n{user}:x:{uid}:{gid}::/tmp:/bin/false\n")
-    (root / "etc/group").write_text(f"root:x:0:\n{user}:x:{gid}:\n")
+    # Inside, the job's user is root of the namespace: name it so.
+    (root / "etc/passwd").write_text(f"{user}:x:0:0::/tmp:/bin/false\n")
+    (root / "etc/group").write_text(f"{user}:x:0:\n")
     config = spec(runtime)
     config["root"] = {"path": str(root), "readonly": True}
     config["process"]["terminal"] = False
-    config["process"]["user"] = {"uid": uid, "gid": gid}
+    config["process"]["user"] = {"uid": 0, "gid": 0}
     config["process"]["env"] = ["PATH=/usr/bin", "HOME=/tmp"]
-    config["hostname"] = "container"
     linux = config["linux"]
     linux["namespaces"] = [ns for ns in linux["namespaces"] if ns["type"] not in ("network", "uts")]
     config.pop("hostname", None)
-    linux["uidMappings"] = [{"containerID": uid, "hostID": uid, "size": 1}]
-    linux["gidMappings"] = [{"containerID": gid, "hostID": gid, "size": 1}]
+    linux["uidMappings"] = [{"containerID": 0, "hostID": uid, "size": 1}]
+    linux["gidMappings"] = [{"containerID": 0, "hostID": gid, "size": 1}]
+    linux.pop("resources", None)
     mounts = [m for m in config["mounts"] if m["destination"] not in ("/sys", "/sys/fs/cgroup")]
     mounts.append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
                    "options": ["nosuid", "nodev", "mode=1777"]})

@@ -1,5 +1,5 @@
 """Issue 33 item 2 on the multi-host dev cluster: DDP ranks inside Slurm's
-OCI containers (`srun --container=BUNDLE`, oci.conf with Debian's crun,
+OCI containers (`srun --container=BUNDLE`, oci.conf with Debian's runc,
 rootless) take part in a preemption set and resume from it.
 
 The bundle (testkit/oci.py) has no Slurm in it: no scontrol, no slurm.conf,
@@ -46,9 +46,9 @@ def _early(cluster, jid: int, epoch: str):
 
 
 def test_ddp_ranks_in_containers_are_preempted_as_one_point_released_early_and_resume(cluster):
-    if not os.access("/usr/bin/crun", os.X_OK):
+    if not os.access("/usr/bin/runc", os.X_OK):
         from cluster import unavailable
-        unavailable("crun is not installed (scripts/test installs it: TEST_PACKAGES)")
+        unavailable("runc is not installed (scripts/test installs it: TEST_PACKAGES)")
     uid, gid = user_ids(cluster.user)
     venv = os.path.dirname(os.path.dirname(cluster.python))
     started = time.perf_counter()
