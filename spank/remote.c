@@ -66,16 +66,20 @@ int snap_remote_user_init(spank_t sp, const char *helper)
  * OCI, pyxis/enroot): rank 0 writes "asked" in its decision file
  * (client/early.py) and this helper, started outside the container on the
  * step's first node, decides and requeues with the node's scontrol
- * (`slurm-snap hook watch-requeue`: as the job's user, until slurmstepd
- * ends). Only for jobs that want an early requeue (the site's early release,
- * or --snapshot-before-timelimit). The helper is a grandchild (this process
- * never waits for it), in its own session, with SIGUSR1/SIGUSR2 ignored so
- * the checkpoint signal sent to the whole step does not end it.
+ * (`slurm-snap hook watch-requeue`, as the job's user). Only for jobs that
+ * want an early requeue (the site's early release, or
+ * --snapshot-before-timelimit). A grandchild (this process never waits for
+ * it), in its own session, with SIGUSR1/SIGUSR2 ignored so the checkpoint
+ * signal sent to the whole step does not end it. Until rank 0 writes a
+ * decision for the run's epoch it only looks for the file every half second
+ * (no Python is started for a step that is never preempted), and it ends
+ * with slurmstepd.
  */
 static void start_requeue_watch(spank_t sp, uint32_t job, const char *barrier, const char *helper)
 {
 	char early[8] = "", margin[16] = "", restart[16] = "0", bin[PATH_MAX] = "";
 	char job_s[16], parent_s[16], epoch[40], conf_env[PATH_MAX + 16], bin_env[PATH_MAX + 32];
+	char decision[PATH_MAX];
 	char *argv[20], *envp[8];
 	int n = 0, e = 0;
 	pid_t child, parent = getpid();
@@ -94,6 +98,10 @@ static void start_requeue_watch(spank_t sp, uint32_t job, const char *barrier, c
 	snprintf(job_s, sizeof(job_s), "%u", job);
 	snprintf(parent_s, sizeof(parent_s), "%d", (int) parent);
 	snprintf(epoch, sizeof(epoch), "preempt-%s", restart[0] ? restart : "0");
+	/* jobdir.early_path(): <barrier>/<job>/ack/early-<epoch>.decision */
+	if (snprintf(decision, sizeof(decision), "%s/%u/ack/early-%s.decision", barrier, job, epoch) >=
+	    (int) sizeof(decision))
+		return;
 	argv[n++] = (char *) helper;
 	argv[n++] = "hook";
 	argv[n++] = "watch-requeue";
@@ -145,6 +153,17 @@ static void start_requeue_watch(spank_t sp, uint32_t job, const char *barrier, c
 		closefrom(3);
 		signal(SIGUSR1, SIG_IGN);
 		signal(SIGUSR2, SIG_IGN);
+		for (;;) {
+			struct stat st;
+			struct timespec pause = {0, 500 * 1000000L};
+
+			/* As the job's user: EPERM while slurmstepd lives, ESRCH after. */
+			if (kill(parent, 0) < 0 && errno == ESRCH)
+				_exit(0);
+			if (stat(decision, &st) == 0)
+				break;
+			nanosleep(&pause, NULL);
+		}
 		execve(helper, argv, envp);
 		_exit(127);
 	}

@@ -262,7 +262,9 @@ def watch_for_asked(jobdir: JobDir, epoch: str, *, parent: int, early_release: b
             decision = jobdir.read_early(epoch)
         except (OSError, SnapError):
             decision = None
-        if decision is not None and decision.decision == EARLY_ASKED:
+        if decision is not None and decision.decision != EARLY_ASKED:
+            return ""      # rank 0 decided itself
+        if decision is not None:
             ack = next(iter(acknowledgements(jobdir, epoch)), None)
             world = ack.world_size if ack is not None else None
             if not world or not all_acknowledged(jobdir, epoch, world):

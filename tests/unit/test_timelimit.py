@@ -128,6 +128,10 @@ def test_the_node_hook_leaves_when_its_step_ends_and_ignores_rank_0s_own_decisio
     sc = Scontrol(show(70))
     # Its slurmstepd is gone: nothing to do.
     assert early.watch_for_asked(jd, "preempt-0", parent=-1, early_release=True, margin=60, run=sc) == ""
+    # Rank 0 had scontrol and decided itself: nothing to do either.
+    early.EarlyRelease(jd, "preempt-0", 3, deadline=0, run=Scontrol(show(70)), margin=60).requeue_now(
+        time.time(), by="rank 0")
+    assert early.watch_for_asked(jd, "preempt-0", parent=os.getpid(), early_release=True, margin=60, run=sc) == ""
     assert sc.calls == []
 
 
