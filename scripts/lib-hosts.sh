@@ -17,6 +17,8 @@
 #   STATE/mnt/zfs (with up --zfs)                  (shared, every host; mounts
 #                           zfs-fuse makes below it propagate: lib-zfs.sh)
 #   STATE/disks, STATE/hosts, STATE/img            (hidden: empty tmpfs)
+#   /usr/local/bin/slurm-snap, /etc/slurm-snap/slurm-snap.toml  (README's admin
+#                           steps 1-2: the venv's helper, the host's config)
 # Daemons are started with nsenter --net --mount (ip netns exec would remount
 # /sys and slurmd fails on /sys/fs/cgroup: ../shared/SLURM-LAB.md).
 
@@ -257,11 +259,29 @@ host_mounts() {
 		in_mounts "$h" mount --bind "$STATE/disks/$h/xscratch" "$STATE/mnt/xscratch"
 		in_mounts "$h" umount -l "$STATE/disks/$h/scratch" "$STATE/disks/$h/xscratch"
 	fi
+	admin_paths "$h"
 	# The machine room's view of every disk and every host's private tree
 	# stays in the machine room.
 	for d in disks hosts img; do
 		in_mounts "$h" mount -t tmpfs -o ro,size=16k,mode=0755 machine-room "$STATE/$d"
 	done
+}
+
+# README's admin steps 1 and 2 on every host: the helper linked as
+# /usr/local/bin/slurm-snap (users' PATH) and the host's configuration at the
+# default path, so a user's plain `slurm-snap report` on login works as the
+# user guide says. The machine's own /usr/local/bin stays visible under the
+# link (a read-only overlay); /etc/slurm-snap is each host's own (a bind
+# mount, which needs the empty directory on the machine as its mount point).
+admin_paths() {
+	local h=$1 bin=$STATE/etc/usr-local-bin
+	install -d -m 0755 "$bin" "$STATE/hosts/$h/etc/slurm-snap" /etc/slurm-snap
+	ln -sfn "$HELPER" "$bin/slurm-snap"
+	# Absolute, as seen inside the host: STATE/local is its private tree.
+	ln -sfn "$STATE/local/etc/slurm-snap.toml" "$STATE/hosts/$h/etc/slurm-snap/slurm-snap.toml"
+	in_mounts "$h" mount -t overlay slurm-snap-bin -o "lowerdir=$bin:/usr/local/bin" /usr/local/bin ||
+		die "$h: cannot put slurm-snap on /usr/local/bin (overlay)"
+	in_mounts "$h" mount --bind "$STATE/hosts/$h/etc/slurm-snap" /etc/slurm-snap
 }
 
 # A namespace lives while a process is in it or its file is mounted: the

@@ -21,9 +21,12 @@ scrontab line: etc/slurm-snap-schedule.*, etc/README.md §9).
        Placement), each part brought from its partner copy when there is
        one, so the drill proves what a requeue after a node's loss needs.
 
-A set is due when its run's newest set (of any trigger: a preemption set or
-a manual one counts) was requested `every` seconds ago, or the run started
-that long ago without one. Nothing here queries Slurm or the inventory once
+A run is due when DURATION has passed since the later of its start and its
+newest set of any kind (a requeued run counts from its own start, not from
+the set its preemption cut). That is `every` seconds after the run's newest
+set (of any trigger: a preemption set or a manual one counts) was requested,
+or after the run was recorded when it has none. README, docs/design.md and `schedule
+--help` say the same. Nothing here queries Slurm or the inventory once
 per job: a pass with nothing due costs one squeue and two queries per
 500 running jobs
 (benchmarks/schedule.py).

@@ -52,56 +52,35 @@ def _signal_state():
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def _reset_pg(url: str) -> None:
-    from sqlalchemy import create_engine, text
-
-    eng = create_engine(url)
-    with eng.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
-    eng.dispose()
-
-
-def _reset_mariadb(url: str) -> None:
-    from sqlalchemy import create_engine, text
-
-    eng = create_engine(url)
-    with eng.begin() as conn:
-        names = [r[0] for r in conn.execute(text(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"))]
-        conn.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
-        for name in names:
-            conn.execute(text(f"DROP TABLE `{name}`"))
-        conn.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
-    eng.dispose()
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres),
                         pytest.param("mariadb", marks=pytest.mark.mariadb)])
 def inventory(request, tmp_path):
-    """A migrated, empty inventory on SQLite, a real PostgreSQL and a real MariaDB."""
+    """A migrated, empty inventory on SQLite, a real PostgreSQL and a real
+    MariaDB: a copy of one migrated per session (dbtemplates.py says how)."""
+    import dbtemplates
+    from sqlalchemy.exc import DBAPIError
+
     from slurm_snap.inventory.repository import Inventory
 
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/inventory.db"
+        url = dbtemplates.sqlite(tmp_path / "inventory.db")
     elif request.param == "mariadb":
-        url = mariadb_url()
-        require(bool(url), "no MariaDB: run scripts/mariadb start /var/tmp/slurm-snap-mariadb --listen 127.0.0.1 "
-                           "--port 3307 or set SLURM_SNAP_TEST_MARIADB_URL")
+        server = mariadb_url()
+        require(bool(server), "no MariaDB: run scripts/mariadb start /var/tmp/slurm-snap-mariadb --listen 127.0.0.1 "
+                              "--port 3307 or set SLURM_SNAP_TEST_MARIADB_URL")
         try:
-            _reset_mariadb(url)
-        except Exception as exc:  # server down
-            require(False, f"MariaDB at {url} unreachable: {exc}")
+            url = dbtemplates.mariadb(server)
+        except DBAPIError as exc:  # server down
+            require(False, f"MariaDB at {server} unreachable: {exc}")
     else:
-        url = pg_url()
-        require(bool(url), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg "
-                           "or set SLURM_SNAP_TEST_PG_URL")
+        server = pg_url()
+        require(bool(server), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg "
+                              "or set SLURM_SNAP_TEST_PG_URL")
         try:
-            _reset_pg(url)
-        except Exception as exc:  # server down
-            require(False, f"PostgreSQL at {url} unreachable: {exc}")
+            url = dbtemplates.postgresql(server)
+        except DBAPIError as exc:  # server down
+            require(False, f"PostgreSQL at {server} unreachable: {exc}")
     inv = Inventory(url)
-    inv.upgrade()
     yield inv
     inv.dispose()
 

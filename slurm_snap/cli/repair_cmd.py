@@ -6,11 +6,12 @@ import json
 import click
 
 from .. import access, errors
+from .context import DurationType
 
 
 @click.command("repair")
-@click.option("--older-than", type=click.FloatRange(min=0), default=0.0, metavar="SECONDS",
-              help="Only consider sets requested at least this long ago.")
+@click.option("--older-than", type=DurationType(bare_seconds=True), default=0.0, metavar="DURATION",
+              help="Only consider sets requested at least this long ago: seconds (600) or a duration (10min, 1h).")
 @click.option("--dry-run", is_flag=True, help="Say what would be done; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the actions as JSON.")
 @click.option("--node-check/--no-node-check", default=True, show_default=True,

@@ -25,6 +25,10 @@ def command(ctx, dry_run, as_json):
     set on the job's next node (incremental where the backend can). Exit 0
     when the pass ran, whatever the sets and drills ended as: they are
     recorded, and report, show and the metrics say so.
+
+    A run is due when DURATION has passed since the later of its start and
+    its newest set of any kind (a requeued run counts from its own start, not
+    from the set its preemption cut).
     """
     from ..access import current_caller, is_operator
     from ..schedule import Runner

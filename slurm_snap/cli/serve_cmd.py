@@ -14,6 +14,7 @@ def command(ctx, listen, pidfile):
     """Serve users' report/show/snapshot/restore-test and the hooks' recording
     to hosts without the inventory, authenticated with MUNGE (controller, root)."""
     import os
+    import sys
 
     from ..protocol.recorder import OPS
     from ..service.server import serve
@@ -28,4 +29,6 @@ def command(ctx, listen, pidfile):
                                 "the controller's configuration names the database")
     if os.geteuid() != 0:
         raise errors.PermissionDenied(why="serve runs as root: it acts for the users MUNGE vouches for")
-    serve(cfg, listen=listen, pidfile=pidfile, run_cli=main, ops=OPS)
+    # A bug in a user's command: the user sees one line, the service's log the traceback.
+    serve(cfg, listen=listen, pidfile=pidfile, run_cli=lambda argv: main(argv, bug_log=sys.__stderr__.write),
+          ops=OPS)

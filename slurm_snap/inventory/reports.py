@@ -146,6 +146,21 @@ class ReportQueries:
                 out[job_id] = int(every)   # the newest run's wins
         return out
 
+    def report_jobs_with_resume_cmd(self, job_ids) -> set[int]:
+        """The jobs among `job_ids` whose newest run recorded a
+        --snapshot-resume-cmd: the ones scheduled drills can verify."""
+        out: set[int] = set()
+        ids = sorted(set(job_ids))
+        for i in range(0, len(ids), 500):
+            newest: dict[int, dict] = {}
+            rows = self.s.execute(select(JobRun.job_id, JobRun.restart_count, JobRun.options)
+                                  .where(JobRun.job_id.in_(ids[i:i + 500]))
+                                  .order_by(JobRun.job_id, JobRun.restart_count))
+            for job_id, _rc, options in rows:
+                newest[job_id] = options or {}   # the newest run's wins
+            out.update(j for j, options in newest.items() if options.get("resume_cmd"))
+        return out
+
     def report_phase_durations(self) -> dict[str, tuple[float, int]]:
         """Sum (seconds) and count of each phase over every set that went through it."""
         phases = {

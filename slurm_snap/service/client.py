@@ -71,7 +71,12 @@ def forward(cfg, argv: list[str]) -> int:
             sys.stderr.write(obj["err"])
             sys.stderr.flush()
 
-    return _exchange(cfg, {"v": 1, "kind": "cli", "argv": list(argv), "tz": os.environ.get("TZ", "")}, show)
+    from .server import USER_ENVIRONMENT
+
+    env = {name: os.environ[name] for name in USER_ENVIRONMENT if name in os.environ}
+    # "tz" too, for a service older than "env".
+    request = {"v": 1, "kind": "cli", "argv": list(argv), "env": env, "tz": env.get("TZ", "")}
+    return _exchange(cfg, request, show)
 
 
 def ping(cfg) -> int:

@@ -34,6 +34,12 @@ from .address import parse_address
 log = logging.getLogger(__name__)
 
 USER_COMMANDS = ("report", "show", "snapshot", "restore-test")
+# What of the user's environment those commands read, and nothing else: the
+# zone times print in, and report's default columns (report_cmd.FORMAT_ENV).
+# Sent with the request; the child serving it sets each (or unsets it, so the
+# service's own environment never answers for the user).
+USER_ENVIRONMENT = ("TZ", "SLURM_SNAP_REPORT_FORMAT")
+MAX_ENV_VALUE = 4096
 MAX_REQUEST = 1 << 20
 
 
@@ -123,10 +129,7 @@ class Service:
                                     "; everything else runs on the controller)")
         if any(a == "--config" or a.startswith("--config=") for a in argv):
             raise errors.UsageError("--config names a file of the client's host: the service uses its own")
-        tz = req.get("tz", "")
-        if isinstance(tz, str) and tz and len(tz) < 256 and tz.isprintable():
-            os.environ["TZ"] = tz          # times print in the user's zone, as they would locally
-            time.tzset()
+        _adopt_environment(req)
         access.act_for(access.Caller(uid=uid, name=access.user_name(uid)))
         out, err = _Frames(reply, "out"), _Frames(reply, "err")
         sys.stdout, sys.stderr = out, err
@@ -175,6 +178,22 @@ class Service:
             reply.frame({"exit": code, "seal": seal})
         except (errors.SnapError, OSError) as exc:
             log.error("could not seal the reply: %s", exc)
+
+
+def _adopt_environment(req: dict) -> None:
+    """The user's USER_ENVIRONMENT in this (forked, one-request) child: times
+    print in the user's zone and report takes the user's columns, as they
+    would locally. A value that is not a short printable string is dropped."""
+    sent = req.get("env")
+    if not isinstance(sent, dict):
+        sent = {"TZ": req.get("tz", "")}     # a client from before "env" sends only its zone
+    for name in USER_ENVIRONMENT:
+        value = sent.get(name)
+        if isinstance(value, str) and value and len(value) < MAX_ENV_VALUE and value.isprintable():
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
+    time.tzset()
 
 
 class _Server(socketserver.ForkingMixIn, socketserver.TCPServer):

@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+import forkserver
 from slurm_snap.jobrecords import Ack
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,11 +48,12 @@ def free_port() -> int:
 
 class Rank:
     """One rank of train.py, in a session of its own (so it and its
-    DataLoader workers form one process group, as a Slurm task does)."""
+    DataLoader workers form one process group, as a Slurm task does),
+    forked from the session's fork server: torch is imported once, not by
+    each of the ~25 ranks these tests start (tests/forkserver.py)."""
 
     def __init__(self, argv, env):
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, cwd=REPO, start_new_session=True)
+        self.proc = forkserver.get().popen(argv, env=env, cwd=REPO)
         self.lines: list[str] = []
         self.err: list[str] = []
         self._q: queue.Queue = queue.Queue()
@@ -117,7 +119,7 @@ class Job:
 
     def start(self, *args: str) -> list[Rank]:
         port = free_port()
-        self.ranks = [Rank([sys.executable, TRAIN, *args], self.env(r, port)) for r in range(self.world)]
+        self.ranks = [Rank([TRAIN, *args], self.env(r, port)) for r in range(self.world)]
         return self.ranks
 
     def wait(self, what, timeout: float = 90, every: float = 0.05):
@@ -366,8 +368,9 @@ def test_a_failed_agreement_does_not_hang_the_rank_and_its_ack_says_so(tmp_path)
     (barrier / "61").mkdir(parents=True)
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "PYTHONPATH": REPO}
-    procs = [subprocess.Popen([sys.executable, "-c", AGREE_SCRIPT, str(r), str(port), str(barrier)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE_SCRIPT)
+    procs = [forkserver.get().popen([script, str(r), str(port), str(barrier)], env=env, cwd=REPO) for r in (0, 1)]
     out, err = procs[0].communicate(timeout=120)
     procs[1].wait(timeout=30)
     assert procs[0].returncode == 0, err[-3000:]
@@ -431,8 +434,9 @@ def test_ranks_agree_on_the_pace_and_exchange_at_the_same_boundaries(tmp_path):
     exchange at the same boundaries (the collectives stay matched)."""
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "PYTHONPATH": REPO}
-    procs = [subprocess.Popen([sys.executable, "-c", PACE_SCRIPT, str(r), str(port)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
+    script = tmp_path / "pace.py"
+    script.write_text(PACE_SCRIPT)
+    procs = [forkserver.get().popen([script, str(r), str(port)], env=env, cwd=REPO) for r in (0, 1)]
     out = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in out]
     a, b = (json.loads(o[0]) for o in out)

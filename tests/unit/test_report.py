@@ -7,7 +7,7 @@ import pytest
 
 from slurm_snap import errors
 from slurm_snap.cli import report_cmd
-from test_report_seed import ALICE, BOB, OPER, ROOT, invoke, report_pg_server, seeded  # noqa: F401  (fixtures)
+from test_report_seed import ALICE, BOB, OPER, ROOT, invoke, seeded  # noqa: F401  (fixtures)
 
 
 def run(seeded, *args, caller=ROOT):

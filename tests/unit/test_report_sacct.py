@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from slurm_snap import __version__, errors
 from slurm_snap.cli import report_cmd, show_cmd
 from test_report import DEFAULT, run, table
-from test_report_seed import ROOT, invoke, make_ctx, report_pg_server, seeded  # noqa: F401  (fixtures)
+from test_report_seed import ROOT, invoke, make_ctx, seeded  # noqa: F401  (fixtures)
 
 LONG = table("""
 JobID|SetID|User|Partition|Trigger|State|Consistency|Reason|Volumes|NodeList|FailedNodes|Requested|Cut|Verified|Duration|Quiesce|CutTime|Skew|Step|Manifest|Age|RPO
