@@ -127,6 +127,7 @@ def test_a_framework_that_stops_at_sigterm_does_not_see_the_one_that_asks_for_th
 
     flag = SignalFlag(["SIGUSR1", "SIGTERM"], shield_children=False)
     lightning_saw = []
+    before = signal.getsignal(signal.SIGTERM)
     try:
         flag.install()
         lightning = Compose([lambda s, f: lightning_saw.append(s), flag.handler])
@@ -141,6 +142,9 @@ def test_a_framework_that_stops_at_sigterm_does_not_see_the_one_that_asks_for_th
         assert flag.sigterm_count == 2                      # ours ran once per signal, not twice
     finally:
         flag.uninstall()
+        # uninstall() puts back the stand-in for Lightning's handler: the
+        # test's process must not keep it (it swallowed pytest's SIGTERM).
+        signal.signal(signal.SIGTERM, before)
 
 
 LIGHTNING_RUN = """

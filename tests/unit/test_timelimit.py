@@ -12,6 +12,7 @@ import os
 import subprocess
 import time
 from datetime import datetime, timezone
+from functools import partial
 
 import pytest
 
@@ -39,22 +40,24 @@ def fields(text: str) -> dict[str, str]:
     return early.job_state(JOB, lambda args: subprocess.CompletedProcess(args, 0, text, ""))
 
 
+# Each scontrol text is made when its test runs (EndTime is relative to now):
+# a loaded or parallel run may reach a case minutes after collecting it.
 @pytest.mark.parametrize("text, early_release, margin, want", [
     # The time limit's signal: up to 60 s before the margin, and some checkpoint time.
-    (show(63), False, 60, (True, "timelimit")),
-    (show(175), False, 60, (True, "timelimit")),
+    (partial(show, 63), False, 60, (True, "timelimit")),
+    (partial(show, 175), False, 60, (True, "timelimit")),
     # Far from the limit: a cancellation's SIGTERM (or a hand-sent signal), never a requeue.
-    (show(400), True, 60, (False, "")),
+    (partial(show, 400), True, 60, (False, "")),
     # A preemption is requeued early only where the site allows it, time limit or not.
-    (show(63, preempt="2026-12-03T10:05:00"), True, 60, (True, "preempt")),
-    (show(63, preempt="2026-12-03T10:05:00"), False, 60, (False, "preempt")),
+    (partial(show, 63, preempt="2026-12-03T10:05:00"), True, 60, (True, "preempt")),
+    (partial(show, 63, preempt="2026-12-03T10:05:00"), False, 60, (False, "preempt")),
     # Without the option a job near its limit is left alone.
-    (show(63), True, None, (False, "")),
+    (partial(show, 63), True, None, (False, "")),
     # Slurm may not requeue it: nothing.
-    (show(63, requeue="0"), False, 60, (False, "timelimit")),
+    (partial(show, 63, requeue="0"), False, 60, (False, "timelimit")),
 ])
 def test_rank_0_tells_the_time_limit_from_a_preemption_and_a_cancellation(text, early_release, margin, want):
-    verdict = early.judge(fields(text), early_release=early_release, margin=margin)
+    verdict = early.judge(fields(text()), early_release=early_release, margin=margin)
     assert (verdict.requeue, verdict.trigger) == want, verdict
 
 
