@@ -228,6 +228,15 @@ class ServiceUnavailable(SnapError):
     template = "{why}"
 
 
+class SpoolError(SnapError):
+    """A node could not keep what it cut in its spool (slurm_snap/spool): the
+    directory is full past its bound, its disk is full with no reserve left,
+    or it is not writable. The part itself is cut; the message says where."""
+
+    exit_code = INVENTORY
+    template = "spool {directory}: {why}"
+
+
 class RestoreFailed(Conflict):
     """A restore drill ran and the set did not restore: the set is FAILED_RESTORE."""
 

@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from . import progress
 from .clock import aware, utcnow
 from .config import Config
 from .errors import Busy, SnapError
@@ -162,6 +163,7 @@ class Runner:
     def pass_once(self, *, dry_run: bool = False) -> PassReport:
         t0 = time.monotonic()
         report = PassReport(started_at=self.clock())
+        progress.phase("ask Slurm and the inventory")
         running = self.running()
         report.running = len(running)
         drills_on = bool(self.cfg.restore.verify_within) and self.cfg.schedule.drills > 0
@@ -179,7 +181,9 @@ class Runner:
         # newest set is the one to prove, next pass.
         candidates = [c for c in candidates if c.job_id not in due_jobs]
         partners = None
-        with ThreadPoolExecutor(max_workers=self.cfg.schedule.concurrency, thread_name_prefix="snap") as snaps, \
+        progress.phase("sets and drills" + (", partner copies" if self.cfg.restore.partner_copies else ""),
+                       total=len(report.due) + len(candidates))
+        with progress.hold(), ThreadPoolExecutor(max_workers=self.cfg.schedule.concurrency, thread_name_prefix="snap") as snaps, \
                 ThreadPoolExecutor(max_workers=max(1, self.cfg.schedule.drills), thread_name_prefix="drill") as drills, \
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="partner") as partner_pool:
             if self.cfg.restore.partner_copies:
@@ -191,7 +195,10 @@ class Runner:
                 if partners is not None:
                     # Done either way; its outcome is reported with the pass, not per drill.
                     wait([partners])
-                return self._one_drill(c)
+                try:
+                    return self._one_drill(c)
+                finally:
+                    progress.count()
 
             drill_futures = [drills.submit(drill_after_partners, c) for c in candidates]
             snap_futures = []
@@ -232,6 +239,7 @@ class Runner:
                 taken.error = f"internal error: {exc.__class__.__name__}: {exc}"
             return taken
         finally:
+            progress.count()
             gate.release()
 
     def _one_drill(self, c: DrillCandidate) -> Drilled:

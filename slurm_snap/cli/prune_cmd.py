@@ -83,7 +83,12 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
     pruner = Pruner(ctx.inventory, backend_resolver(cfg),
                     copy_backend=lambda vclass, node: backend_on_node(cfg, vclass, node))
     decisions, sets = pruner.plan(policy, utcnow, job_id=job_id, user=user)
-    result = pruner.apply(decisions) if apply_ else None
+    result = None
+    if apply_:
+        from ..progress import Line
+
+        with Line("prune", live=False if as_json else None):
+            result = pruner.apply(decisions)
     if as_json:
         click.echo(json.dumps({
             "applied": bool(apply_),

@@ -53,5 +53,6 @@ def describe(a) -> list[str]:
     verb = "would label" if a.dry_run else "labelled"
     out = [f"set {a.set_id} job {a.job_id}: {verb} {a.old_state} -> {a.new_state}: {a.reason}"]
     out += [f"  orphan {'(would delete)' if a.dry_run else 'deleted'}: {o}" for o in a.orphans]
+    out += [f"  cut, not yet delivered (left for its node's spool): {u}" for u in a.undelivered]
     out += [f"  error: {e}" for e in a.errors]
     return out

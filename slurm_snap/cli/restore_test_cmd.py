@@ -73,8 +73,11 @@ def command(ctx, selector, command_text, deadline, target_dir, submit, other_nod
         submit = True
     if no_wait and not submit:
         raise errors.UsageError("--no-wait needs --submit")
-    out = drill.run(selector, command=command_text, deadline=deadline, target=target_dir, keep=keep,
-                    submit=submit, wait=not no_wait, placement=placement)
+    from ..progress import Line
+
+    with Line(f"restore-test {selector}", live=False if as_json else None):
+        out = drill.run(selector, command=command_text, deadline=deadline, target=target_dir, keep=keep,
+                        submit=submit, wait=not no_wait, placement=placement)
     if out.pending:
         msg = (f"restore test {out.test_id} of set {out.set_id} submitted as Slurm job {out.slurm_job_id}; "
                "record it with: slurm-snap restore-test --collect")

@@ -35,7 +35,10 @@ def command(ctx, dry_run, as_json):
 
     if not is_operator(ctx.config, current_caller()):
         raise errors.PermissionDenied(why="the schedule runner acts on every user's jobs; operators only")
-    report = Runner(ctx.config, ctx.inventory).pass_once(dry_run=dry_run)
+    from ..progress import Line
+
+    with Line("schedule", live=False if as_json else None):
+        report = Runner(ctx.config, ctx.inventory).pass_once(dry_run=dry_run)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2, sort_keys=True, default=str))
         return

@@ -74,12 +74,12 @@ def scontrol() -> str | None:
     return None
 
 
-def run_scontrol(args: list[str]) -> subprocess.CompletedProcess:
+def run_scontrol(args: list[str], timeout: float = SCONTROL_TIMEOUT) -> subprocess.CompletedProcess:
     """scontrol by absolute path, argv only, stdin closed, bounded in time."""
     exe = scontrol()
     if exe is None:
         raise FileNotFoundError("scontrol not found in " + ", ".join(_BIN_DIRS))
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT,
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL, check=False)
 
 
@@ -94,6 +94,11 @@ def job_state(job_id: str, run: Callable = run_scontrol) -> dict[str, str]:
 _UNSET = ("", "None", "N/A", "Unknown")
 
 
+def shows_preemption(fields: dict[str, str]) -> bool:
+    """Slurm shows the job a PreemptTime (`scontrol show job` fields)."""
+    return fields.get("PreemptTime", "") not in _UNSET
+
+
 def seconds_left(fields: dict[str, str], now: float | None = None) -> float | None:
     """Seconds until the job's EndTime, None when it has none. scontrol prints
     EndTime in this process's local time, which a naive datetime's
@@ -106,6 +111,13 @@ def seconds_left(fields: dict[str, str], now: float | None = None) -> float | No
     except ValueError:
         return None
     return at - (time.time() if now is None else now)
+
+
+def near_time_limit(left: float | None, margin: int) -> bool:
+    """EndTime (`left` seconds away) is near enough to be the limit that
+    --snapshot-before-timelimit=`margin`'s --signal=USR1@margin announces:
+    Slurm may send it up to 60 s early, and the checkpoint takes a while."""
+    return left is not None and left <= margin + SIGNAL_SLACK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,11 +139,11 @@ def judge(fields: dict[str, str], *, early_release: bool, margin: int | None,
     cancellation). Never a job Slurm may not requeue."""
     preempt = fields.get("PreemptTime", "")
     left = seconds_left(fields, now)
-    if preempt not in _UNSET:
+    if shows_preemption(fields):
         trigger, why = "preempt", f"preempted at {preempt}"
         if not early_release:
             return Verdict(False, trigger, why + "; early release is off at this site", left)
-    elif margin is not None and left is not None and left <= margin + SIGNAL_SLACK:
+    elif margin is not None and near_time_limit(left, margin):
         trigger, why = "timelimit", f"time limit in {max(0.0, left):.0f} s (--snapshot-before-timelimit={margin}s)"
     elif margin is not None:
         limit = "no EndTime" if left is None else f"the time limit is {left:.0f} s away"

@@ -60,6 +60,13 @@ def record_job(cfg: Config, inv, job: JobEnv) -> str:
 
 
 def prolog(cfg: Config, inv, job: JobEnv) -> str:
+    if job.restart_count > 0:
+        # A requeued run: this node may still hold the preempted run's spool
+        # entry, and the head node's resume point waits for it. Deliver now,
+        # not after the agent's backoff (one scandir when the spool is empty).
+        from ..nodeagent.agent import kick
+
+        kick(cfg, reached_service=True)
     declared = parse_declaration(cfg, job.volumes)
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
     mine = [s for s in specs if s.node == job.node or (s.scope == "shared" and job.node == job.head_node)]
@@ -76,6 +83,7 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
         # The job will not run: no notice to print, but report/show say why.
         raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
     jobdir = JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid)
+    resuming = job.restart_count > 0 and job.node == job.head_node
     told: list[str] = []
     try:
         jobdir.write_job(JobRecord(job_id=job.job_id, restart_count=job.restart_count, user=job.user,
@@ -89,7 +97,7 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
                     f"snapshots of it (slurm-snap show {job.job_id})" for r in refused]
             raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
         resumed = ""
-        if job.restart_count > 0 and job.node == job.head_node:
+        if resuming:
             from ..protocol import preempt
 
             left = remaining()
@@ -224,10 +232,15 @@ def _why_stopped(cfg: Config, job: JobEnv) -> Stop:
             return Stop("timelimit", requested=max(1, end - job.timelimit - SIGNAL_SLACK), ended=end, at_limit=True)
         record = _timelimit_record(cfg, job)
         if record is not None:
-            return Stop("timelimit", requested=max(1, int(record.at - record.margin - SIGNAL_SLACK)),
-                        ended=int(record.at))
+            return _stop_at(record)
         return Stop("", "neither preempted nor stopped for its time limit")
     return Stop("", "not preempted")
+
+
+def _stop_at(record: TimeLimitRecord) -> Stop:
+    """The time-limit stop its record tells: the request came at most the
+    margin and SIGNAL_SLACK before the decision, which ended the run."""
+    return Stop("timelimit", requested=max(1, int(record.at - record.margin - SIGNAL_SLACK)), ended=int(record.at))
 
 
 # What squeue says of a job that reached its time limit (state_reason FAIL_TIMEOUT).
@@ -310,16 +323,52 @@ def _said(stop: Stop) -> str:
 
 
 def epilog(cfg: Config, inv, job: JobEnv) -> str:
-    stop = _why_stopped(cfg, job)
-    if not stop.trigger:
-        return stop.why
     from ..protocol import preempt
 
-    from .policy import remaining
+    try:
+        stop = _why_stopped(cfg, job)
+        if not stop.trigger:
+            return stop.why
+        when = _said(stop)
+    except SnapError as exc:
+        # slurmctld did not answer (restarting, or this node is cut off from
+        # the controller): the ranks' acknowledgements on the shared
+        # filesystem still say whether the run stopped for a snapshot.
+        seen = preempt.ranks_saw_preemption(cfg, job)
+        if not seen:
+            raise
+        stop = _stopped_offline(cfg, job)
+        when = f"squeue failed ({exc}), but {seen}: " + (
+            "preempted" if stop.trigger == "preempt" else "stopped for its time limit")
+    result = preempt.epilog_cut(cfg, inv, job, preempt_time=stop.requested or None, killed_at=stop.ended or None,
+                                remaining=remaining(), refusal=lambda v: _refusal(cfg, v, job), trigger=stop.trigger)
+    return f"{when}: {result}"
 
-    result = preempt.epilog_cut(cfg, inv, job, preempt_time=stop.requested, killed_at=stop.ended,
-                                remaining=remaining(), trigger=stop.trigger)
-    return f"{_said(stop)}: {result}"
+
+def _stopped_offline(cfg: Config, job: JobEnv) -> Stop:
+    """Why the ranks checkpointed the run, when squeue cannot say: the
+    time-limit record when whoever requeued it wrote one (its times with
+    it); else a preemption for a --snapshot-on-preempt job (times unknown);
+    else its time limit, the only other reason its ranks checkpoint
+    without a request (client/reason.py)."""
+    record = _timelimit_record(cfg, job) if job.timelimit else None
+    if record is not None:
+        return _stop_at(record)
+    return Stop("preempt" if job.on_preempt else "timelimit")
+
+
+def _refusal(cfg: Config, spec: VolumeRecord, job: JobEnv) -> str:
+    """Why this node must not cut `spec` (the Prolog's own check of a path
+    that already exists, run again at the cut), "" when it may."""
+    if cfg.volume_class(spec.volume_class) is None:
+        return f"its class {spec.volume_class!r} is no longer configured"
+    try:
+        _prepare_volume(cfg, spec, job, create=False)
+    except PathError as exc:
+        return exc.kwargs.get("why") or str(exc)
+    except (OSError, SnapError) as exc:
+        return f"cannot be checked: {exc}"
+    return ""
 
 
 HOOKS = {

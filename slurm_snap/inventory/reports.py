@@ -32,7 +32,8 @@ class ReportQueries:
         cols = [SnapshotSet.id.label("set_id"), SnapshotSet.job_id, JobRun.restart_count,
                 SnapshotSet.user_name, JobRun.partition, JobRun.nodes, JobRun.snapshot_every,
                 SnapshotSet.epoch, SnapshotSet.trigger,
-                SnapshotSet.wanted, SnapshotSet.consistency, SnapshotSet.state, SnapshotSet.reason,
+                SnapshotSet.wanted, SnapshotSet.consistency, SnapshotSet.parts_consistency, SnapshotSet.state,
+                SnapshotSet.reason,
                 SnapshotSet.requested_at, SnapshotSet.signalled_at, SnapshotSet.barrier_at,
                 SnapshotSet.released_at, SnapshotSet.release, SnapshotSet.cut_started_at, SnapshotSet.cut_done_at, SnapshotSet.finished_at,
                 SnapshotSet.verified_at, SnapshotSet.skew_seconds, SnapshotSet.checkpoint_step,
@@ -183,10 +184,12 @@ class ReportQueries:
 
     def preempt_checkpoint_times(self, since: dt.datetime, *, limit: int = 1000) -> dict[str, list[tuple[float, str]]]:
         """Per partition, each recent preemption's first signal -> last
-        acknowledgement in seconds, with the set's label: what doctor sizes
-        GraceTime from. Newest `limit` preemption sets since `since`."""
+        acknowledgement in seconds, with what its checkpoint earned (the
+        parts' label: a PARTIAL set's missing part says nothing of the
+        ranks' timing): what doctor sizes GraceTime from. Newest `limit`
+        preemption sets since `since`."""
         rows = self.s.execute(select(JobRun.partition, SnapshotSet.requested_at, SnapshotSet.barrier_at,
-                                     SnapshotSet.consistency)
+                                     SnapshotSet.parts_consistency)
                               .join(JobRun, JobRun.id == SnapshotSet.job_run_id)
                               .where(SnapshotSet.trigger == "preempt", SnapshotSet.requested_at >= since,
                                      SnapshotSet.barrier_at.is_not(None))

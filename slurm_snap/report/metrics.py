@@ -4,7 +4,11 @@ Series:
   slurm_snap_info{version}                             gauge, always 1: which slurm-snap wrote the values
   slurm_snap_collected_timestamp_seconds               gauge: Unix time the values were read (a textfile's
                                                        age is time() minus this)
-  slurm_snap_sets{state,consistency}                   gauge: sets now in each state/label
+  slurm_snap_sets{state,consistency}                   gauge: sets now in each state/label (the set's own label:
+                                                       none for PARTIAL, FAILED, ROLLED_BACK, whatever the
+                                                       parts that were cut are)
+  slurm_snap_resumable_sets                            gauge: sets a requeued run would resume from
+                                                       (restorable state, app-consistent)
   slurm_snap_failures_total{state,reason}              counter: moves into FAILED, PARTIAL, ROLLED_BACK or
                                                        FAILED_RESTORE, by reason class (inventory/failures.py)
   slurm_snap_hook_failures_total                       counter: hooks that failed (hook-failed events)
@@ -52,6 +56,7 @@ import math
 import os
 
 from .. import __version__
+from .. import states as S
 from ..errors import BadValueError
 from ..fsio import atomic_write
 
@@ -102,9 +107,13 @@ def collect(repo, *, now: dt.datetime, jobs_since: dt.datetime, cfg=None, max_jo
                "Unix time at which slurm-snap metrics read the inventory.")
     out.sample("slurm_snap_collected_timestamp_seconds", now.timestamp())
 
-    out.family("slurm_snap_sets", "gauge", "Snapshot sets by state and consistency label.")
-    for state, consistency, n in sorted(repo.count_sets_by()):
+    out.family("slurm_snap_sets", "gauge", "Snapshot sets by state and the set's consistency label.")
+    by = sorted(repo.count_sets_by())
+    for state, consistency, n in by:
         out.sample("slurm_snap_sets", n, {"state": state, "consistency": consistency})
+    out.family("slurm_snap_resumable_sets", "gauge", "Sets a requeued run would resume from.")
+    out.sample("slurm_snap_resumable_sets", sum(n for state, consistency, n in by if S.resumable(state, consistency)),
+               {})
 
     out.family("slurm_snap_failures_total", "counter",
                "Times a set became FAILED, PARTIAL, ROLLED_BACK or FAILED_RESTORE, by state and reason class.")

@@ -124,7 +124,10 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequen
     out = [f"Set {st.id} of job {run.label} (user {st.user_name}, partition {run.partition or '-'}, "
            f"nodes {','.join(run.nodes) or '-'})",
            f"  trigger {st.trigger}, epoch {st.epoch}, wanted {st.wanted}",
-           f"  state {st.state}, consistency {st.consistency}"]
+           f"  state {st.state}, consistency {st.consistency}, resumable "
+           + ("yes" if S.resumable(st.state, st.consistency) else "no")
+           + (f" (the parts that were cut are {st.parts_consistency})"
+              if st.parts_consistency != st.consistency and st.state in S.NOT_A_POINT else "")]
     if st.reason:
         out.append(f"  reason: {st.reason}")
     out += _refusal_lines(refused, len(run.volumes))
@@ -252,7 +255,9 @@ def show_doc(st, events: Sequence, *, refused: Sequence = (), copies: Sequence =
         "set": {
             "set_id": st.id, "job": run.label, "job_id": st.job_id, "restart_count": run.restart_count,
             "user": st.user_name, "partition": run.partition, "nodes": list(run.nodes), "epoch": st.epoch,
-            "trigger": st.trigger, "wanted": st.wanted, "consistency": st.consistency, "state": st.state,
+            "trigger": st.trigger, "wanted": st.wanted, "consistency": st.consistency,
+            "parts_consistency": st.parts_consistency, "resumable": S.resumable(st.state, st.consistency),
+            "state": st.state,
             "reason": st.reason, "times": {name: iso_utc(getattr(st, col)) for name, col in PHASE_TIMES},
             "release": st.release or None,
             "skew_seconds": st.skew_seconds, "checkpoint_step": st.checkpoint_step,

@@ -84,6 +84,7 @@ def make_env(tmp_path, *, nodes=("n1", "n2"), allow_crash=True, local=True, shar
     data = {
         "inventory": {"url": f"sqlite:///{tmp}/inventory.db"},
         "paths": {"barrier_dir": f"{tmp}/barriers", "restore_root": f"{tmp}/restore", "log_dir": f"{tmp}/log"},
+        "spool": {"directory": f"{tmp}/spool"},
         "protocol": {"allow_crash_consistent": allow_crash},
         "timeouts": {"barrier": barrier, "backend_call": backend_call, "hook_budget": 20.0},
         "volume_class": classes,

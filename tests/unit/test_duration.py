@@ -77,9 +77,10 @@ def _all_options():
 
 
 DURATION_OPTIONS = {("prune", "--keep-within"), ("metrics", "--job-window"), ("snapshot", "--deadline"),
-                    ("restore-test", "--deadline"), ("restore-test", "--queue-timeout"), ("repair", "--older-than")}
+                    ("restore-test", "--deadline"), ("restore-test", "--queue-timeout"), ("repair", "--older-than"),
+                    ("node-agent", "--loop")}
 SECONDS_OPTIONS = {("snapshot", "--deadline"), ("restore-test", "--deadline"), ("restore-test", "--queue-timeout"),
-                   ("repair", "--older-than")}
+                   ("repair", "--older-than"), ("node-agent", "--loop")}
 
 
 def test_every_duration_option_reads_the_one_grammar():

@@ -108,6 +108,8 @@ class Job:
 
     def env(self, rank: int, port: int) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "CI", "MASTER_"))}
+        if getattr(self, "slurm_bin", None):
+            env["SLURM_SNAP_SLURM_BIN"] = self.slurm_bin
         # One node, `world` tasks: what srun sets for each task.
         env.update({"SLURM_JOB_ID": JOB, "SLURMD_NODENAME": "n1", "SLURM_PROCID": str(rank),
                     "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0",
@@ -199,6 +201,30 @@ def test_signal_to_one_rank_gives_one_step_for_all_and_training_goes_on(job):
     assert len(digests) == 1 and None not in digests, digests
     # One checkpoint for the one request: no second acknowledgement appeared.
     assert {a.step for a in j.acks("od-1").values()} == {step}
+
+
+def test_a_stray_signal_to_every_rank_costs_nothing(job, tmp_path):
+    """Issue 30 item 4: a SIGUSR1 with no request.json while Slurm shows no
+    PreemptTime (here an scontrol standing in for Slurm's answer): rank 0's
+    verdict rides in the step agreement, every rank ignores it at one step,
+    nothing is acknowledged and training goes on at its pace."""
+    bin_dir = tmp_path / "slurm-bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho 'JobId={JOB} JobState=RUNNING PreemptTime=None Requeue=1'\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    j = job(3)
+    j.slurm_bin = str(bin_dir)
+    ranks = j.start("--steps", "100000", "--step-time", "0.05")
+    j.wait(lambda: all(len(r.steps()) >= 10 for r in ranks))
+    for r in ranks:
+        r.signal_all()
+    j.wait(lambda: all(any("no slurm-snap request and no preemption: ignored" in e for e in r.err) for r in ranks))
+    at = [max(r.steps()) for r in ranks]
+    j.wait(lambda: all(max(r.steps()) >= a + 20 for r, a in zip(ranks, at)), timeout=30)
+    assert j.acks("preempt-0") == {}
+    ignored = [[e for e in r.err if "ignored" in e] for r in ranks]
+    # One step for all: the same boundary on every rank.
+    assert len({line[0].split(":")[1] for line in ignored}) == 1, ignored
 
 
 def test_late_copy_of_the_signal_is_the_same_request_not_a_second_checkpoint(job):

@@ -21,12 +21,15 @@ slurm_snap_info{version="%s"} 1
 # HELP slurm_snap_collected_timestamp_seconds Unix time at which slurm-snap metrics read the inventory.
 # TYPE slurm_snap_collected_timestamp_seconds gauge
 slurm_snap_collected_timestamp_seconds 1796040000
-# HELP slurm_snap_sets Snapshot sets by state and consistency label.
+# HELP slurm_snap_sets Snapshot sets by state and the set's consistency label.
 # TYPE slurm_snap_sets gauge
 slurm_snap_sets{state="COMPLETE",consistency="app-consistent"} 1
 slurm_snap_sets{state="FAILED",consistency="none"} 1
-slurm_snap_sets{state="PARTIAL",consistency="crash-consistent"} 1
+slurm_snap_sets{state="PARTIAL",consistency="none"} 1
 slurm_snap_sets{state="VERIFIED",consistency="app-consistent"} 2
+# HELP slurm_snap_resumable_sets Sets a requeued run would resume from.
+# TYPE slurm_snap_resumable_sets gauge
+slurm_snap_resumable_sets 3
 # HELP slurm_snap_failures_total Times a set became FAILED, PARTIAL, ROLLED_BACK or FAILED_RESTORE, by state and reason class.
 # TYPE slurm_snap_failures_total counter
 slurm_snap_failures_total{state="FAILED",reason="barrier timeout"} 1

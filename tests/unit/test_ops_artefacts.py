@@ -29,7 +29,10 @@ SERVICE = ETC / "slurm-snap-metrics.service"
 TIMER = ETC / "slurm-snap-metrics.timer"
 # Every timer/service pair shipped, with the subcommand its ExecStart runs.
 UNIT_PAIRS = [(TIMER, SERVICE, "metrics"),
-              (ETC / "slurm-snap-schedule.timer", ETC / "slurm-snap-schedule.service", "schedule")]
+              (ETC / "slurm-snap-schedule.timer", ETC / "slurm-snap-schedule.service", "schedule"),
+              (ETC / "slurm-snap-node-agent.timer", ETC / "slurm-snap-node-agent.service", "node-agent")]
+# How often each timer runs its pass.
+PERIOD = {"metrics": "1min", "schedule": "1min", "node-agent": "30s"}
 SERIES = re.compile(r"\bslurm_snap_[a-zA-Z0-9_]+")
 
 
@@ -291,7 +294,7 @@ def test_the_timer_starts_its_service(timer_path, service_path, name):
     timer = unit_values(timer_path)
     assert timer["Timer"]["Unit"] == [service_path.name]
     assert timer["Install"]["WantedBy"] == ["timers.target"]
-    assert timer["Timer"]["OnUnitActiveSec"] == ["1min"]
+    assert timer["Timer"]["OnUnitActiveSec"] == [PERIOD[name]]
 
 
 @pytest.mark.parametrize("timer_path, service_path, name", UNIT_PAIRS)
@@ -315,6 +318,10 @@ def test_the_service_runs_a_real_subcommand_with_valid_options(timer_path, servi
     sub_ctx = sub.make_context(name, list(rest), parent=ctx)
     if name == "metrics":
         assert sub_ctx.params["textfile"].endswith(".prom")
+    elif name == "node-agent":
+        # One pass that honours its backoff, never the dev cluster's loop.
+        assert (sub_ctx.params["loop"], sub_ctx.params["now"], sub_ctx.params["status"]) == (None, False, False)
+        assert "9" in svc["SuccessExitStatus"][0].split()
     else:
         assert sub_ctx.params["dry_run"] is False     # the timer's pass acts
     with pytest.raises(click.UsageError):

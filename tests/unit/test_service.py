@@ -218,3 +218,12 @@ def test_no_munged_is_one_sentence(service, tmp_path):
     r = run_as(OWNER, service, "report")
     assert r.returncode == errors.INVENTORY and "Traceback" not in r.stderr
     assert "munge" in r.stderr and "munged" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_doctor_finds_the_service_answering_its_sealed_ping(service):
+    from slurm_snap.doctor import probes
+
+    assert probes.service(service.cfg) == ""
+    service.proc.send_signal(signal.SIGTERM)
+    service.proc.wait(timeout=20)
+    assert "cannot reach the slurm-snap service" in probes.service(service.cfg)

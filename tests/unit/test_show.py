@@ -13,7 +13,7 @@ from test_report_seed import ALICE, BOB, OPER, ROOT, invoke, seeded  # noqa: F40
 SET_A = """\
 Set 1 of job 1001 (user alice, partition gpu, nodes n1,n2)
   trigger manual, epoch m-1, wanted app
-  state VERIFIED, consistency app-consistent
+  state VERIFIED, consistency app-consistent, resumable yes
   checkpoint step 500, skew 0.250 s, manifest ok, volumes 2/2
   survives the loss of any one node: no (a node-local part has its only copy on its node)
 
@@ -114,6 +114,8 @@ def test_show_json(seeded):
     doc = json.loads(show(seeded, "set:1", "--json"))
     assert doc["version"] == 1
     assert doc["set"]["job"] == "1001" and doc["set"]["state"] == "VERIFIED"
+    assert (doc["set"]["consistency"], doc["set"]["parts_consistency"], doc["set"]["resumable"]) == (
+        "app-consistent", "app-consistent", True)
     assert doc["set"]["times"]["cut_done"] == "2026-11-30T09:00:04Z"
     assert [(a["node"], a["rank"], a["received_at"]) for a in doc["acks"]] == [
         ("n1", 0, "2026-11-30T09:00:02.100000Z"), ("n1", 1, "2026-11-30T09:00:02.300000Z"),

@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from datetime import datetime, timezone
 from functools import partial
 
 import pytest
+import signal_delivery
 
 from protocol_fixtures import make_env
 from slurm_snap import errors
 from slurm_snap import states as S
 from slurm_snap.cli import main
-from slurm_snap.client import Checkpointer, early
+from slurm_snap.client import Checkpointer, early, reason
 from slurm_snap.hooks.run import run_named
 from slurm_snap.jobdir import JobDir, is_ack_name
-from slurm_snap.jobrecords import Ack, JobRecord, TimeLimitRecord
+from slurm_snap.jobrecords import SIGNAL_SLACK, Ack, JobRecord, TimeLimitRecord
 from testkit.inventory_helpers import sets_of_job
 
 JOB = "88"
@@ -65,6 +67,75 @@ def test_a_job_without_end_time_is_no_time_limit():
     text = show(63).replace(show(63).split("EndTime=")[1].split()[0], "Unknown")
     verdict = early.judge(fields(text), early_release=False, margin=60)
     assert not verdict.requeue and "no EndTime" in verdict.why
+
+
+# --- a rank's question: is this USR1 a reason to checkpoint? --------------------
+# Main's stray-signal rule (client/reason.py) checkpoints only for a request
+# or a PreemptTime; the time limit's --signal=USR1@MARGIN has neither, so a
+# job that asked for --snapshot-before-timelimit must be let through by its
+# EndTime, and a job that did not must still see it as stray.
+
+NOW = 1_800_000_000   # a whole second: EndTime has one-second resolution
+
+
+def _says(text: str):
+    return lambda args: subprocess.CompletedProcess(args, 0, text, "")
+
+
+@pytest.mark.parametrize("left, margin, want", [
+    (63, 60, reason.TIMELIMIT),                  # the signal at the margin
+    (60 + SIGNAL_SLACK, 60, reason.TIMELIMIT),   # as early as Slurm and the slack allow
+    (61 + SIGNAL_SLACK, 60, reason.STRAY),       # one second further: not the limit's
+    (400, 60, reason.STRAY),                     # a hand-sent USR1 mid-run
+    (63, None, reason.STRAY),                    # a job that did not ask: its own --signal is stray
+])
+def test_a_rank_checkpoints_for_the_time_limit_only_when_the_job_asked_and_it_is_near(tmp_path, left, margin, want):
+    got = reason.checkpoint_reason(JobDir(str(tmp_path), JOB), _says(show(left, now=NOW)), margin=margin, now=NOW)
+    assert got == want
+
+
+def test_an_end_time_slurm_does_not_show_is_no_reason_to_skip_the_time_limit(tmp_path):
+    text = show(63, now=NOW).replace(show(63, now=NOW).split("EndTime=")[1].split()[0], "Unknown")
+    jd = JobDir(str(tmp_path), JOB)
+    assert reason.checkpoint_reason(jd, _says(text), margin=60, now=NOW) == reason.TIMELIMIT
+    assert reason.checkpoint_reason(jd, _says(text), margin=None, now=NOW) == reason.STRAY
+
+
+def test_a_preemption_stays_a_preemption_for_a_job_that_asked(tmp_path):
+    text = show(4000, preempt="2026-12-03T10:05:00", now=NOW)
+    assert reason.checkpoint_reason(JobDir(str(tmp_path), JOB), _says(text), margin=60, now=NOW) \
+        == reason.PREEMPTION
+
+
+@pytest.fixture
+def handlers():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM)}
+    made = []
+    yield made
+    for ckpt in made:
+        ckpt._flag.uninstall()
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("margin, left, checkpoints", [("60", 100, True), ("60", 1000, False), ("", 100, False)])
+def test_the_time_limits_usr1_is_a_checkpoint_and_nothing_else_is(tmp_path, monkeypatch, handlers, margin, left,
+                                                                  checkpoints):
+    """Through the Checkpointer, with a stand-in scontrol where the client looks."""
+    bin_dir = tmp_path / "slurm-bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho '{show(left)}'\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("SLURM_SNAP_SLURM_BIN", str(bin_dir))
+    (tmp_path / "barrier" / JOB).mkdir(parents=True)
+    ckpt = Checkpointer(barrier_dir=str(tmp_path / "barrier"), job_id=JOB, node="n1", rank=0, local_rank=0,
+                        local_size=1, env={"SLURM_SNAP_TIMELIMIT_MARGIN": margin}).install()
+    handlers.append(ckpt)
+    signal_delivery.deliver(signal.SIGUSR1, ckpt)
+    assert ckpt.decide(1).checkpoint is checkpoints
+    assert ckpt.ignored_signals == (0 if checkpoints else 1)
+    if checkpoints:
+        assert ckpt.epoch() == "preempt-0"
 
 
 class Scontrol:
@@ -263,6 +334,33 @@ def test_a_requeued_run_is_known_by_its_record_when_squeue_no_longer_says_timeli
     assert "stopped for its time limit" in _log(hook_env)["message"] and not hook_env.calls.exists()
     with hook_env.inv.session() as repo:
         assert [s.trigger for s in sets_of_job(repo, hook_env.job_id)] == ["timelimit"]
+
+
+@pytest.mark.parametrize("on_preempt, record, want", [
+    ("", True, "timelimit"), ("", False, "timelimit"), ("1", True, "timelimit"), ("1", False, "preempt")])
+def test_a_node_epilog_that_cannot_ask_squeue_tells_the_time_limit_by_the_files(hook_env, monkeypatch, on_preempt,
+                                                                                record, want):
+    """slurmctld away at the node Epilog: every local rank acknowledged the
+    run's epoch, so it stopped for a snapshot (main's offline path); the
+    time-limit record says it was the limit, and without one the job's
+    options (a job that asked only for the time limit checkpoints for
+    nothing else)."""
+    with open(os.environ["SLURM_SNAP_SQUEUE"], "w") as f:
+        f.write("#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller' >&2\nexit 1\n")
+    monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "epilog")
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    if on_preempt:
+        monkeypatch.setenv("SPANK_SLURM_SNAP_ON_PREEMPT", "1")
+    _ack_all(hook_env)
+    if record:
+        hook_env.jd.write_timelimit(TimeLimitRecord(epoch="preempt-0", at=time.time() - 5, by="rank 0", margin=60))
+    assert run_named(hook_env.cfg.path, "epilog") == 0
+    rec = _log(hook_env)
+    assert rec["status"] == "ok" and "squeue failed" in rec["message"] \
+        and "every local rank of n1 acknowledged preempt-0" in rec["message"], rec
+    with hook_env.inv.session() as repo:
+        (st,) = sets_of_job(repo, hook_env.job_id)
+        assert st.trigger == want
 
 
 def test_the_margin_is_checked_at_submit_time(write_config, capsys):
