@@ -69,7 +69,8 @@ def command(ctx, no_slurm, no_nodes, local_only, node, as_json):
     findings += site_checks.check_local(cfg, probes.local(cfg, node=node, node_local=not controller,
                                                            remote=not local_only))
     findings += security_checks.check_files(cfg, probes.trusted_files(cfg))
-    if not cfg.via_service and node is None:
+    if not cfg.via_service and node is None and not local_only:
+        # The account other hosts are reached with: not this host's own fact.
         findings += security_checks.check_ssh_account(cfg)
     if controller and nodes is not None:
         facts = probes.topology(cfg, nodes, node_doctor=None if no_nodes else probes.node_doctor)
