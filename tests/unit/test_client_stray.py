@@ -23,13 +23,8 @@ JOB = "7"
 
 @pytest.fixture(autouse=True)
 def restore_handlers():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM)}
-    made = []
-    yield made
-    for ckpt in made:
-        ckpt._flag.uninstall()
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
+    with signal_delivery.handlers_restored() as made:
+        yield made
 
 
 def slurm_says(tmp_path, monkeypatch, preempt_time: str | None) -> None:

@@ -109,13 +109,8 @@ def test_a_preemption_stays_a_preemption_for_a_job_that_asked(tmp_path):
 
 @pytest.fixture
 def handlers():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM)}
-    made = []
-    yield made
-    for ckpt in made:
-        ckpt._flag.uninstall()
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
+    with signal_delivery.handlers_restored() as made:
+        yield made
 
 
 @pytest.mark.parametrize("margin, left, checkpoints", [("60", 100, True), ("60", 1000, False), ("", 100, False)])
