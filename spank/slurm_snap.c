@@ -37,6 +37,7 @@ enum opt_id {
 	OPT_RESUME_CMD,
 	OPT_INDEPENDENT,
 	OPT_EVERY,
+	OPT_TIMELIMIT,
 };
 
 /*
@@ -74,6 +75,11 @@ static struct spank_option options[] = {
 	  "Also snapshot the job's declared volumes every DURATION while it "
 	  "runs (e.g. 30m, 2h; the site may raise it to a partition minimum).",
 	  1, OPT_EVERY, opt_cb },
+	{ "snapshot-before-timelimit", "MARGIN",
+	  "Checkpoint, snapshot and requeue the job at least MARGIN (e.g. 5m, "
+	  "90s) before its time limit (the site's cli_filter asks Slurm for "
+	  "the signal; give no --signal of your own).",
+	  1, OPT_TIMELIMIT, opt_cb },
 	SPANK_OPTIONS_TABLE_END
 };
 
@@ -111,6 +117,8 @@ static int opt_cb(int val, const char *optarg, int remote)
 		return 0;
 	case OPT_EVERY:
 		return set_string(&ctx.every, optarg);
+	case OPT_TIMELIMIT:
+		return set_string(&ctx.timelimit, optarg);
 	}
 	return -1;
 }
@@ -197,7 +205,7 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
 	(void) ac;
 	(void) av;
-	return spank_remote(sp) == 1 && !snap_version_mismatch() ? snap_remote_user_init(sp) : 0;
+	return spank_remote(sp) == 1 && !snap_version_mismatch() ? snap_remote_user_init(sp, ctx.helper) : 0;
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
@@ -216,6 +224,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	free(ctx.consistency);
 	free(ctx.resume_cmd);
 	free(ctx.every);
-	ctx.volumes = ctx.consistency = ctx.resume_cmd = ctx.every = NULL;
+	free(ctx.timelimit);
+	ctx.volumes = ctx.consistency = ctx.resume_cmd = ctx.every = ctx.timelimit = NULL;
 	return 0;
 }

@@ -160,7 +160,8 @@ class SnapshotSet(Base):
     finished_at: Mapped[utc_opt]
     verified_at: Mapped[utc_opt]
     # A preemption's nodes given back: rank 0's early requeue ("early") or
-    # Slurm's kill at the end of GraceTime ("grace"); None for other triggers.
+    # Slurm's kill at the end of GraceTime ("grace"), or the time limit
+    # ("limit", a time-limit set Slurm ended there); None for other triggers.
     released_at: Mapped[utc_opt]
     release: Mapped[str] = mapped_column(String(16), default="", server_default="")
     skew_seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)

@@ -117,10 +117,10 @@ class RunQueries:
 
     def open_preempt_run(self, job_id: int, max_restart_count: int) -> JobRun | None:
         """The newest run (restart_count <= the given one) whose own preemption
-        set, `preempt-<its restart count>`, is still in flight."""
+        or time-limit set, `preempt-<its restart count>`, is still in flight."""
         rows = self.s.execute(select(JobRun, SnapshotSet.epoch).join(SnapshotSet, SnapshotSet.job_run_id == JobRun.id)
                               .where(JobRun.job_id == job_id, JobRun.restart_count <= max_restart_count,
-                                     SnapshotSet.trigger == "preempt", SnapshotSet.state.in_(S.ACTIVE))
+                                     SnapshotSet.trigger.in_(S.HOOK_TRIGGERS), SnapshotSet.state.in_(S.ACTIVE))
                               .order_by(JobRun.restart_count.desc()))
         for run, epoch in rows:
             if epoch == preempt_epoch(run.restart_count):

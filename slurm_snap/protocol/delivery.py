@@ -1,6 +1,7 @@
 """A node's spool entry into the inventory: what one node's Epilog cut for a
-preemption (spool.records.SpoolEntry), recorded by the controller whether
-the Epilog delivers it at once or the node agent delivers it later.
+preemption or before the time limit (spool.records.SpoolEntry), recorded by
+the controller whether the Epilog delivers it at once or the node agent
+delivers it later.
 
 Idempotent: an acknowledgement or a part already recorded is kept (an
 acknowledgement keeps its earliest sighting). The set is found by its id, or
@@ -90,8 +91,9 @@ def deliver(cfg, inv, entry: SpoolEntry, *, clock=utcnow) -> Delivered:
                                         f"{entry.job_id}'s {entry.epoch}")
         else:
             run = repo.find_job_run(entry.job_id, entry.restart_count) or _record_run(cfg, repo, entry)
+            # The entry's trigger: a time-limit set delivered late is still one.
             _run, opened, _created = open_set(repo, cfg, entry.job_id, entry.restart_count,
-                                              preempt_time=t_pre, now=clock(), run=run)
+                                              preempt_time=t_pre, now=clock(), run=run, trigger=entry.trigger)
             st = repo.get_set(opened.id, lock=True)
         set_id = st.id
         rows = {(v.node or "", v.path): v.id for v in repo.volumes(st.job_run)}
@@ -123,7 +125,7 @@ def deliver(cfg, inv, entry: SpoolEntry, *, clock=utcnow) -> Delivered:
         if entry.early is not None:
             repo.event("preempt", early_text(entry.early, st.requested_at), job_id=entry.job_id, set_id=set_id,
                        node=node)
-        released = release_of(entry.early, t_kill or t_pre)
+        released = release_of(entry.early, t_kill or t_pre, st.trigger)
         # Rank 0's requeue, when it happened, is the release; Slurm's kill
         # at the end of GraceTime only when nothing earlier was recorded
         # (the head node, which reads rank 0's decision, may record last).

@@ -35,6 +35,7 @@ from .delivery import Delivered, cut_part, deliver
 from .preemptset import as_time, observed_times, open_set
 from .resume import ResumePoint, resume_point
 
+
 @dataclasses.dataclass(frozen=True)
 class OpenedSet:
     """The preemption set a node's Epilog works on, and what it needs of its run."""
@@ -76,10 +77,10 @@ class LocalRecorder:
         self.cfg, self.inv, self.clock = cfg, inventory, clock
 
     def open(self, *, job_id: int, restart_count: int, node: str, nodes: list[str],
-             preempt_time: float | None) -> OpenedSet:
+             preempt_time: float | None, trigger: str = "preempt") -> OpenedSet:
         with self.inv.session() as repo:
             run, st, _ = open_set(repo, self.cfg, job_id, restart_count, preempt_time=as_time(preempt_time),
-                                  now=self.clock())
+                                  now=self.clock(), trigger=trigger)
             return OpenedSet(set_id=st.id, epoch=st.epoch, state=st.state, nodes=tuple(run.nodes or nodes or [node]),
                              volumes=tuple(VolumeRecord.of(v) for v in repo.volumes(run)), uid=run.uid)
 

@@ -167,7 +167,8 @@ def _job_info(j) -> JobInfo:
     return JobInfo(job_id=int(j.id), user=str(j.user_name or ""), uid=int(j.user_id if j.user_id is not None else -1),
                    state=str(j.state), restart_count=int(j.requeue_count or 0),
                    preempt_time=int(j.preempt_time or 0), nodes=str(j.allocated_nodes or ""),
-                   partition=str(j.partition or ""), batch_host=str(j.batch_host or ""))
+                   partition=str(j.partition or ""), batch_host=str(j.batch_host or ""),
+                   state_reason=str(j.state_reason or ""), end_time=int(j.end_time or 0))
 
 
 # libslurm's complete node state ("IDLE+DRAIN", "DOWN+NOT_RESPONDING") in

@@ -45,6 +45,8 @@ class JobEnv:
     every: int | None = None
     # "" before 25.11 (or when Slurm's value is not a SLUID).
     sluid: str = ""
+    # --snapshot-before-timelimit's margin in seconds; None: the job did not ask.
+    timelimit: int | None = None
     extra: dict = field(default_factory=dict)
 
     @property
@@ -53,7 +55,8 @@ class JobEnv:
 
     def options(self) -> dict:
         return {"on_preempt": self.on_preempt, "volumes": list(self.volumes),
-                "consistency": self.consistency, "resume_cmd": self.resume_cmd, "every": self.every}
+                "consistency": self.consistency, "resume_cmd": self.resume_cmd, "every": self.every,
+                "before_timelimit": self.timelimit}
 
 
 def _int(env, key: str, default: int | None = None) -> int:
@@ -92,15 +95,16 @@ def from_environ(env=None) -> JobEnv:
         consistency=env.get(f"{SPANK}_CONSISTENCY") or WANT_APP,
         resume_cmd=env.get(f"{SPANK}_RESUME_CMD", ""),
         exit_code=int(env["SLURM_JOB_EXIT_CODE"]) if env.get("SLURM_JOB_EXIT_CODE", "").isdigit() else None,
-        every=_every(env.get(f"{SPANK}_EVERY", "")),
+        every=_seconds(env.get(f"{SPANK}_EVERY", ""), "--snapshot-every"),
+        timelimit=_seconds(env.get(f"{SPANK}_TIMELIMIT", ""), "--snapshot-before-timelimit"),
         sluid=env.get("SLURM_JOB_SLUID", "") if SLUID.fullmatch(env.get("SLURM_JOB_SLUID", "")) else "",
     )
 
 
-def _every(raw: str) -> int | None:
+def _seconds(raw: str, option: str) -> int | None:
     if not raw:
         return None
     from .duration import parse_duration
 
-    return int(parse_duration(raw, what="--snapshot-every").total_seconds())
+    return int(parse_duration(raw, what=option).total_seconds())
 

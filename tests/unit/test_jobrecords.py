@@ -35,6 +35,7 @@ RECORDS = [
                  missing=("scratch part of rank(s) 1 (cut on n2): no copy survives",)),
     EarlyDecision(epoch="preempt-0", decision="requeued", at=1.5e9, why="preempted at X", all_acknowledged_at=1.4e9),
     EarlyDecision(epoch="preempt-0", decision="waited", at=1.5e9, why="not every rank acknowledged in time"),
+    CutRecord(epoch="preempt-3", node="n1", set_id=4, trigger="timelimit"),
     CutRecord(epoch="preempt-1", node="n2", set_id=None, preempt_time=1.5e9, job=JobRecord(
         job_id=77, restart_count=1, user="alice", nodes=("n2",),
         volumes=(VolumeRecord(path="/scratch/jobs/77", scope="node-local", volume_class="scratch", node="n2"),)),
@@ -85,6 +86,7 @@ def test_an_acknowledgement_round_trips_through_its_bytes():
     (CutRecord, {"epoch": "preempt-0", "node": "../n1", "parts": []}, "node", "'../n1'"),
     (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "set_id": -1}, "set_id", "-1"),
     (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "job": {"volumes": "all"}}, "volumes", "'all'"),
+    (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "trigger": "manual"}, "trigger", "'manual'"),
     (CutPart, {"volume_class": "s", "scope": "local", "node": "n1", "path": "/s", "backend": "b", "name": "x",
                "state": "CUT"}, "scope", "'local'"),
     (CutPart, {"volume_class": "s", "scope": "shared", "node": "", "path": "s", "backend": "b", "name": "x",
@@ -132,3 +134,17 @@ def test_the_records_import_nothing_of_slurm_snap_but_its_errors():
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
     loaded = set(eval(out.stdout))
     assert loaded <= {"slurm_snap", "slurm_snap.errors"} | {m for m in loaded if m.startswith("slurm_snap.jobrecords")}
+
+
+def test_the_hook_triggers_are_the_inventorys():
+    """jobrecords spells them without importing states (stdlib only)."""
+    from slurm_snap import states
+    from slurm_snap.jobrecords import HOOK_TRIGGERS
+
+    assert HOOK_TRIGGERS == states.HOOK_TRIGGERS
+
+
+def test_a_preemptions_cut_record_is_written_as_before_the_time_limit_option():
+    """A node not yet upgraded reads what an upgraded one writes at a preemption."""
+    assert "trigger" not in CutRecord(epoch="preempt-0", node="n1").to_json()
+    assert CutRecord(epoch="preempt-0", node="n1", trigger="timelimit").to_json()["trigger"] == "timelimit"

@@ -55,7 +55,8 @@ def test_the_epilogs_lookup_goes_through_the_commands_even_where_pyslurm_matches
     job = JobEnv(job_id=7, restart_count=0, uid=1000, gid=1000, user="alice", partition="low", nodes=("n1",),
                  node="n1", opted_in=True, on_preempt=True, volumes=(), consistency="app", resume_cmd="")
     cfg = Config(path=str(tmp_path / "c.toml"))
-    assert jobhooks._preempt_time(cfg, job)[1] == 1000 and asked == [7]
+    stop = jobhooks._why_stopped(cfg, job)
+    assert (stop.trigger, stop.ended) == ("preempt", 1000) and asked == [7]
     assert isinstance(api.for_hook(), api.Commands)
 
 
