@@ -176,6 +176,24 @@ class Checkpointer:
         self.close()
         self._flag.uninstall()
 
+    def take_signals_back(self, chain_sigterm_to: Callable[[object, object], object] | None = None) -> None:
+        """For a framework that installs its own signal handlers after
+        install() and stops training at the first SIGTERM (Lightning): this
+        rank's handler goes first again. A request signal other than SIGTERM
+        that the framework took chains to nothing from now on (its answer, an
+        auto-requeue, must not run too); SIGTERM chains to the framework's
+        handler, or to `chain_sigterm_to(framework's, ours)` when given (ours
+        taken out of a handler composed around it), and the SIGTERM that asks
+        for a checkpoint is held back from it. uninstall() puts back what
+        install() found."""
+        flag = self._flag
+        for sig in sorted(flag.request_signals - {signal.SIGTERM}):
+            flag.reclaim(sig, signal.SIG_DFL)
+        if signal.SIGTERM in flag.request_signals:
+            theirs = signal.getsignal(signal.SIGTERM)
+            flag.reclaim(signal.SIGTERM, chain_sigterm_to(theirs, flag.handler) if chain_sigterm_to else theirs)
+        flag.hold_request_sigterm = True
+
     def close(self) -> None:
         """Finish an overlapped agreement still in flight and a commit_async
         still writing; call before destroying the process group."""
@@ -496,12 +514,19 @@ class Checkpointer:
             self._epoch = None
         return released
 
-    def _served_alone(self) -> None:
-        """The request was served with nobody to release it (outside slurm-snap:
-        the framework callbacks checkpoint on the signal anyway): it is done,
-        so the next step does not checkpoint again."""
-        self._flag.clear(self._serving or self._flag.requests, after_preempt=False)
-        self._epoch = None
+    def checkpoint_taken(self, step: int, files: Iterable, release_timeout: float) -> bool:
+        """What a framework callback calls once this rank's checkpoint at
+        `step` is written (`files`: what this rank wrote): commit() and
+        wait_for_release(); outside slurm-snap, where nobody releases it (the
+        callbacks checkpoint on the signal anyway), the request is served so
+        the next step does not checkpoint again. False when training must
+        stop: the release did not come and the job is being terminated."""
+        if not self.enabled:
+            self._flag.clear(self._serving or self._flag.requests, after_preempt=False)
+            self._epoch = None
+            return True
+        self.commit(step, files)
+        return self.wait_for_release(release_timeout) or not self.terminating
 
     def _wait_release(self, epoch: str, timeout: float, use_inotify: bool) -> bool:
         return wait_for_path(self.release_path(epoch), float(timeout),

@@ -109,12 +109,8 @@ class SnapshotCallback(CallbackState, TrainerCallback):
         ckpt, step, self._pending = self._client(), int(state.global_step), None
         directory = os.path.join(args.output_dir, f"{CHECKPOINT_PREFIX}{step}")
         self.saved.append((step, directory))
-        if ckpt.enabled:
-            ckpt.commit(step, own_files(directory, ckpt.rank))
-            if not ckpt.wait_for_release(self.release_timeout) and ckpt.terminating:
-                control.should_training_stop = True
-        else:
-            ckpt._served_alone()
+        if not ckpt.checkpoint_taken(step, own_files(directory, ckpt.rank), self.release_timeout):
+            control.should_training_stop = True
         return control
 
     def on_train_end(self, args, state, control, **kwargs):

@@ -24,7 +24,7 @@ Sites that preempt with SIGTERM only: Lightning's SIGTERM handler makes every
 rank stop at the end of the batch (SIGTERMException), before the step
 agreement can make the checkpoint. So on_train_start, after Lightning
 installed its handlers, puts the client's first again and holds back the
-SIGTERM that asks for the checkpoint (signals.SignalFlag.hold_request_sigterm);
+SIGTERM that asks for the checkpoint (Checkpointer.take_signals_back);
 Lightning sees the one that ends the job (Slurm's at GraceTime's end, or the
 early release's requeue) and stops then.
 
@@ -37,7 +37,6 @@ writing outside every declared volume.
 from __future__ import annotations
 
 import os
-import signal
 import warnings
 
 try:
@@ -55,7 +54,6 @@ class SnapshotCallback(CallbackState, pl.Callback):
         self._state_init(release_timeout, checkpointer_options)
         self.dirpath = dirpath
         self.filename = filename
-        self._sigterm_before = None
 
     # -- where ------------------------------------------------------------
     def checkpoint_dir(self) -> str:
@@ -88,25 +86,14 @@ class SnapshotCallback(CallbackState, pl.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         ckpt = self._client()
-        flag = ckpt._flag
-        current = signal.getsignal(signal.SIGUSR1)
-        if current is not flag.handler and signal.SIGUSR1 in flag.request_signals:
-            # Someone (a Lightning older or newer than the one this was
-            # measured with) replaced the handler after setup(): take SIGUSR1
-            # back without chaining to an auto-requeue handler.
-            signal.signal(signal.SIGUSR1, flag.handler)
-            flag._previous[signal.SIGUSR1] = signal.SIG_DFL
-        current = signal.getsignal(signal.SIGTERM)
-        if current is not flag.handler and signal.SIGTERM in flag.request_signals:
-            # Lightning composed its SIGTERM handler around ours: ours goes
-            # first again, chaining to Lightning's without ourselves in it.
-            # teardown() puts back what was there before Lightning, so a
-            # SIGTERM after fit() never reaches Lightning's handler (which
-            # broadcasts to the process group).
-            self._sigterm_before = flag._previous.get(signal.SIGTERM)
-            flag._previous[signal.SIGTERM] = _without(current, flag.handler)
-            signal.signal(signal.SIGTERM, flag.handler)
-        flag.hold_request_sigterm = True
+        # Lightning installed its handlers since setup() (one older or newer
+        # than the one this was measured with may also have replaced SIGUSR1):
+        # ours go first again, SIGUSR1 not chained to an auto-requeue, SIGTERM
+        # chained to Lightning's composed handler without ours in it. The
+        # Checkpointer's uninstall() at teardown puts back what was there
+        # before Lightning, so a SIGTERM after fit() never reaches Lightning's
+        # handler (which broadcasts to the process group).
+        ckpt.take_signals_back(chain_sigterm_to=_without)
         if trainer.is_global_zero and ckpt.enabled:
             self._warn_not_resumable(trainer)
 
@@ -119,21 +106,13 @@ class SnapshotCallback(CallbackState, pl.Callback):
             path = os.path.join(self.checkpoint_dir(), f"step-{step}", self.filename)
             trainer.save_checkpoint(path)   # every rank: Lightning's own barrier; rank 0 writes
             self.saved.append((step, path))
-            if ckpt.enabled:
-                ckpt.commit(step, [path] if trainer.is_global_zero else [])
-                if not ckpt.wait_for_release(self.release_timeout) and ckpt.terminating:
-                    trainer.should_stop = True
-            else:
-                ckpt._served_alone()
+            if not ckpt.checkpoint_taken(step, [path] if trainer.is_global_zero else [], self.release_timeout):
+                trainer.should_stop = True
         if action.stop:
             trainer.should_stop = True
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         if self.ckpt is not None and stage == "fit":
-            flag = self.ckpt._flag
-            flag.hold_request_sigterm = False
-            if self._sigterm_before is not None:
-                flag._previous[signal.SIGTERM] = self._sigterm_before
             self.ckpt.uninstall()
 
     # -- what the user is told once ------------------------------------------

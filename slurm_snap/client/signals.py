@@ -87,6 +87,7 @@ class SignalFlag:
         self.sigterm_count = 0
         self.after_preempt = False
         self._previous: dict[int, object] = {}
+        self._before_reclaim: dict[int, object] = {}  # what install() found, where reclaim() rechained
         self._blocked: frozenset[int] = frozenset()   # blocked by us (unblocked by uninstall)
         self._shielded: frozenset[int] = frozenset()  # received by the sigwait thread
         self._waiter: threading.Thread | None = None
@@ -174,9 +175,23 @@ class SignalFlag:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, self._blocked)
             self._blocked = frozenset()
         for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+            signal.signal(sig, self._before_reclaim.get(sig, previous))
         self._previous.clear()
+        self._before_reclaim.clear()
+        self.hold_request_sigterm = False
         SignalFlag.installed.discard(self)
+
+    def reclaim(self, signum: int, chain_to) -> bool:
+        """Put this handler back on `signum` (one install() took) when
+        something installed its own over it since, and chain to `chain_to`
+        from now on (SIG_DFL: to nothing). uninstall() still puts back what
+        install() found. False when nothing had replaced it."""
+        if signum not in self._previous or signal.getsignal(signum) == self.handler:
+            return False
+        self._before_reclaim.setdefault(signum, self._previous[signum])
+        self._previous[signum] = chain_to
+        signal.signal(signum, self.handler)
+        return True
 
     def clear(self, upto: int, after_preempt: bool) -> None:
         """Mark requests up to number `upto` as served (later ones stay pending)."""

@@ -17,7 +17,6 @@ import pytest
 from slurm_snap import errors
 from slurm_snap.cli import main
 from slurm_snap.client import Checkpointer
-from slurm_snap.client.signals import SignalFlag
 from slurm_snap.jobdir import JobDir
 from slurm_snap.jobrecords import JobRecord, ResumeRank, ResumeRecord, VolumeRecord
 
@@ -125,26 +124,31 @@ def test_a_framework_that_stops_at_sigterm_does_not_see_the_one_that_asks_for_th
     pytest.importorskip("lightning")
     from slurm_snap.client.lightning import _without
 
-    flag = SignalFlag(["SIGUSR1", "SIGTERM"], shield_children=False)
+    ckpt = Checkpointer(signals=["SIGUSR1", "SIGTERM"], shield_children=False, env={})
+    flag = ckpt._flag                                       # the test reads what the handler recorded
     lightning_saw = []
     before = signal.getsignal(signal.SIGTERM)
     try:
-        flag.install()
+        ckpt.install()
         lightning = Compose([lambda s, f: lightning_saw.append(s), flag.handler])
         signal.signal(signal.SIGTERM, lightning)            # what Lightning does after setup()
-        flag._previous[signal.SIGTERM] = _without(signal.getsignal(signal.SIGTERM), flag.handler)
-        signal.signal(signal.SIGTERM, flag.handler)          # what on_train_start does
-        flag.hold_request_sigterm = True
+        signal.signal(signal.SIGUSR1, lambda s, f: lightning_saw.append(s))   # an auto-requeue's
+        ckpt.take_signals_back(chain_sigterm_to=_without)   # what on_train_start does
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert flag.pending and lightning_saw == []         # SIGUSR1 is ours alone
+        flag.clear(flag.requests, after_preempt=False)
         os.kill(os.getpid(), signal.SIGTERM)
         assert flag.pending and not flag.terminating and lightning_saw == []
         os.kill(os.getpid(), signal.SIGTERM)
         assert flag.terminating and lightning_saw == [signal.SIGTERM]
         assert flag.sigterm_count == 2                      # ours ran once per signal, not twice
     finally:
-        flag.uninstall()
-        # uninstall() puts back the stand-in for Lightning's handler: the
-        # test's process must not keep it (it swallowed pytest's SIGTERM).
+        ckpt.uninstall()
+        after = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, before)
+    # uninstall() puts back what install() found, not Lightning's stand-in
+    # (which would swallow pytest's SIGTERM), and no SIGTERM is held back.
+    assert after == before and not flag.hold_request_sigterm
 
 
 LIGHTNING_RUN = """
