@@ -119,6 +119,11 @@ def _steps_after(log: Path, step: int) -> int:
 def _preempted_one_point(cluster, jid: int, world: int = 6) -> tuple[int, int]:
     """Preempt; the one preemption set is COMPLETE app-consistent at one step."""
     cluster.preempt()
+    return _one_preemption_point(cluster, jid, world)
+
+
+def _one_preemption_point(cluster, jid: int, world: int = 6) -> tuple[int, int]:
+    """The job's one preemption set is COMPLETE app-consistent at one step."""
     found = _wait(lambda: [s for s in cluster.inventory(_preempt_sets, jid)
                            if s[1] not in ("PENDING", "QUIESCING", "CUTTING", "CUT")], 180,
                   lambda: f"no finished preemption set; hook log:\n{cluster.hook_log()[-4000:]}")
