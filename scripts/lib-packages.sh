@@ -20,7 +20,7 @@ iproute2 util-linux"
 # built and installed in, rpm brings rpmbuild for the RPM spec
 # (tests/integration/test_package.py, docs/packaging.md). runc (Debian's OCI
 # runtime, a few MB) runs the containers of
-# tests/integration/test_containers_cluster.py under Slurm's oci.conf
+# tests/integration/test_training_jobs_cluster.py under Slurm's oci.conf
 # (scripts/lib-slurm.sh says why not crun).
 TEST_PACKAGES="prometheus groff-base man-db zfs-fuse systemd debootstrap rpm
 ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common

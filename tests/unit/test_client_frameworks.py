@@ -3,7 +3,7 @@ where checkpoints go (the job's declared volumes, refused with the reason
 when none can hold them, no class name assumed), which files of a Hugging
 Face checkpoint each rank acknowledges, what `slurm-snap resume-path`
 prints, and the SIGTERM a Lightning run must not see before its checkpoint.
-tests/integration/test_frameworks_cluster.py runs each framework for real."""
+tests/integration/test_training_jobs_cluster.py runs each framework for real."""
 from __future__ import annotations
 
 import json

@@ -4,7 +4,7 @@ what `scontrol show job` prints, writes the time-limit record before it
 requeues; a job that reached its limit is snapshot and requeued by
 EpilogSlurmctld; the option is checked at submit time. What Slurm 22.05
 printed is quoted from a dev-cluster run (docs/design.md, "Time limits");
-tests/integration/test_timelimit_cluster.py runs the real thing."""
+tests/integration/test_training_jobs_cluster.py runs the real thing."""
 from __future__ import annotations
 
 import json
