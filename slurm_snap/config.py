@@ -145,6 +145,23 @@ class RestoreConfig:
     partner_copies: bool = False
     # Seconds one runner pass may spend on partner copies.
     partner_budget: float = 600.0
+    # Where a drill's program runs. "job" (default): as a Slurm job of the
+    # owner on the nodes that hold the set's node-local parts, which the
+    # job's Prolog clones there (restore/submit.py, restore/onnode.py).
+    # "local": in the process that runs the drill, on its host, for
+    # single-host sites only (doctor warns): users' programs would run on
+    # the controller.
+    mode: str = "job"
+    # The drill job's partition ("" = the drilled job's own) and QOS ("" =
+    # the partition's default): a site may keep drills on a low-priority
+    # partition/QOS of the same nodes.
+    partition: str = ""
+    qos: str = ""
+    # sbatch --nice of drill jobs: behind the site's own work.
+    nice: int = 1000
+    # Seconds a drill job may wait in the queue before the drill gives up
+    # (abandoned, not failed: the set is drilled again later).
+    queue_timeout: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -480,6 +497,16 @@ def _check_schedule(cfg: Config) -> None:
         raise ConfigError(path=p, key="repair.lost_reason", why=f"not a regular expression: {exc}") from None
     if cfg.restore.partner_budget <= 0:
         raise ConfigError(path=p, key="restore.partner_budget", why="must be positive")
+    if cfg.restore.mode not in ("job", "local"):
+        raise ConfigError(path=p, key="restore.mode", why=f"{cfg.restore.mode!r} is not \"job\" or \"local\"")
+    if not 0 <= cfg.restore.nice <= 2147483645:
+        raise ConfigError(path=p, key="restore.nice", why=f"{cfg.restore.nice} is not sbatch --nice's 0..2147483645")
+    if cfg.restore.queue_timeout <= 0:
+        raise ConfigError(path=p, key="restore.queue_timeout", why="must be positive")
+    for key in ("partition", "qos"):
+        value = getattr(cfg.restore, key)
+        if value and not all(c.isalnum() or c in "-_." for c in value):
+            raise ConfigError(path=p, key=f"restore.{key}", why=f"{value!r} is not a Slurm {key} name")
     if cfg.restore.move_budget < 0:
         raise ConfigError(path=p, key="restore.move_budget", why="must be >= 0 (0: never move node-local parts)")
     if cfg.restore.verify_within and duration_seconds(cfg.restore.verify_within, key="restore.verify_within",

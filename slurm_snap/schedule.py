@@ -13,13 +13,18 @@ scrontab line: etc/slurm-snap-schedule.*, etc/README.md §9).
        coordinator refuses a second set under the run's row lock, too);
     4. drill the newest never-drilled COMPLETE sets (restore.verify_within
        set), at most schedule.drills at once, as the job's user with the
-       resume command it recorded;
+       resume command it recorded: each a Slurm job of the user on the nodes
+       that hold the set's node-local parts (restore/submit.py), submitted
+       and left to run; the next pass collects the ones that ended (verdict,
+       cleanup, record) before it submits more, so a pass never waits for a
+       queue;
     5. with [restore] partner_copies, copy node-local parts of restorable
        sets to their partner node (protocol.partner), outside the cut's
        critical path, before this pass's drills start: a set with node-local
        parts is then drilled on nodes that cut none of it (restore.drill
        Placement), each part brought from its partner copy when there is
-       one, so the drill proves what a requeue after a node's loss needs.
+       one, so the drill proves what a requeue after a node's loss needs
+       (the drill job runs on the nodes holding the copies: nothing moves).
 
 A set is due when its run's newest set (of any trigger: a preemption set or
 a manual one counts) was requested `every` seconds ago, or the run started
@@ -89,6 +94,7 @@ class Drilled:
     reason: str = ""
     time_to_first_step: float | None = None
     error: str = ""
+    slurm_job_id: int | None = None     # a drill job, submitted: a later pass collects its verdict
 
 
 @dataclass
@@ -102,6 +108,8 @@ class PassReport:
     drills: list[Drilled] = field(default_factory=list)
     # Partner copies made this pass ([restore] partner_copies): one line each.
     partners: list[str] = field(default_factory=list)
+    # Drill jobs of earlier passes that ended, collected this pass: one line each.
+    collected: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
@@ -117,12 +125,14 @@ class Runner:
     def __init__(self, cfg: Config, inventory, *, running: Callable[[], dict[int, int]] | None = None,
                  snapshot: Callable[[int, str], tuple[int, str, str]] | None = None,
                  drill: Callable[[DrillCandidate], Drilled] | None = None,
+                 collect: Callable[[], list[str]] | None = None,
                  clock: Callable[[], dt.datetime] = utcnow, sleep: Callable[[float], None] = time.sleep):
         self.cfg = cfg
         self.inv = inventory
         self.running = running or self._squeue
         self.snapshot = snapshot or self._snapshot
         self.drill = drill or self._drill
+        self.collect = collect
         self.clock = clock
         self.sleep = sleep
         # One for every drill of this process: they run in threads, and none
@@ -141,19 +151,30 @@ class Runner:
         out = Coordinator(self.cfg, self.inv).snapshot(job_id, consistency=consistency, trigger="periodic")
         return out.set_id, out.state, out.consistency
 
-    def _drill(self, c: DrillCandidate) -> Drilled:
+    def _drills(self):
         from .restore.drill import Drill
+        from .restore.submit import SlurmSubmitter
 
-        if self.cfg.restore.partner_copies:
-            from .restore.placement import Placement
-            from .restore.submit import SlurmSubmitter
+        return Drill(self.cfg, self.inv, submitter=SlurmSubmitter(self.cfg), live=self.live)
 
-            out = Drill(self.cfg, self.inv, submitter=SlurmSubmitter(self.cfg), live=self.live).run(
-                f"set:{c.set_id}", placement=Placement(prefer_copies=True, only_node_local=True))
-        else:
-            out = Drill(self.cfg, self.inv, live=self.live).run(f"set:{c.set_id}")
+    def _drill(self, c: DrillCandidate) -> Drilled:
+        from .restore.placement import Placement
+
+        # With partner copies, on the nodes holding the copies: the drill proves them.
+        placement = Placement(prefer_copies=True, only_node_local=True) if self.cfg.restore.partner_copies else None
+        job = self.cfg.restore.mode == "job"
+        out = self._drills().run(f"set:{c.set_id}", placement=placement, wait=not job, sweep=False)
+        if out.pending:
+            return Drilled(set_id=c.set_id, job_id=c.job_id, slurm_job_id=out.slurm_job_id)
         return Drilled(set_id=c.set_id, job_id=c.job_id, passed=out.passed, reason=out.reason,
                        time_to_first_step=out.time_to_first_step)
+
+    def _collect(self) -> list[str]:
+        """Drill jobs of earlier passes that ended: verdict, cleanup, record."""
+        try:
+            return self._drills().sweeper.sweep()
+        except SnapError as exc:
+            return [f"drills not collected: {exc}"]
 
     # -- the pass -------------------------------------------------------------------
     def pass_once(self, *, dry_run: bool = False) -> PassReport:
@@ -171,6 +192,8 @@ class Runner:
             report.drills = [Drilled(set_id=c.set_id, job_id=c.job_id) for c in candidates]
             report.seconds = time.monotonic() - t0
             return report
+        if drills_on or self.collect is not None:
+            report.collected = (self.collect or self._collect)()
         due_jobs = {d.job_id for d in report.due}
         # A job about to be signalled is not drilled in the same pass: its
         # newest set is the one to prove, next pass.

@@ -73,3 +73,15 @@ int snap_check_consistency(const char *c)
 	slurm_error(PREFIX "--snapshot-consistency: '%.64s' is not 'app' or 'crash'", c);
 	return -1;
 }
+
+/* A restore test id: 1 to 10 digits (the inventory's ids are 32-bit). */
+int snap_check_drill(const char *value)
+{
+	size_t n = strlen(value);
+
+	if (n == 0 || n > 10 || strspn(value, "0123456789") != n) {
+		slurm_error(PREFIX "--snapshot-drill: '%.64s' is not a restore test id", value);
+		return -1;
+	}
+	return 0;
+}

@@ -33,6 +33,7 @@ enum opt_id {
 	OPT_RESUME_CMD,
 	OPT_INDEPENDENT,
 	OPT_EVERY,
+	OPT_DRILL,
 };
 
 /*
@@ -70,6 +71,10 @@ static struct spank_option options[] = {
 	  "Also snapshot the job's declared volumes every DURATION while it "
 	  "runs (e.g. 30m, 2h; the site may raise it to a partition minimum).",
 	  1, OPT_EVERY, opt_cb },
+	{ "snapshot-drill", "TEST",
+	  "slurm-snap's own: marks the Slurm job a restore drill submits "
+	  "(its Prolog prepares the drilled set on the node).",
+	  1, OPT_DRILL, opt_cb },
 	SPANK_OPTIONS_TABLE_END
 };
 
@@ -107,6 +112,8 @@ static int opt_cb(int val, const char *optarg, int remote)
 		return 0;
 	case OPT_EVERY:
 		return set_string(&ctx.every, optarg);
+	case OPT_DRILL:
+		return set_string(&ctx.drill, optarg);
 	}
 	return -1;
 }
@@ -201,6 +208,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	free(ctx.consistency);
 	free(ctx.resume_cmd);
 	free(ctx.every);
-	ctx.volumes = ctx.consistency = ctx.resume_cmd = ctx.every = NULL;
+	free(ctx.drill);
+	ctx.volumes = ctx.consistency = ctx.resume_cmd = ctx.every = ctx.drill = NULL;
 	return 0;
 }

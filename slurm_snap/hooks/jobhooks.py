@@ -8,6 +8,11 @@
   EpilogSlurmctld  (controller, root)  at preemption, open the set (requested at PreemptTime)
   Epilog           (each node, root)   at preemption, cut this node's volumes, record, finalize
 
+A restore drill's own Slurm job (--snapshot-drill, restore/submit.py) is no
+job to protect: DRILL_HOOKS has its Prolog clone this node's parts of the
+drilled set and its Epilog remove them (restore/onnode.py); the slurmctld
+hooks record nothing for it.
+
 Each is idempotent (Slurm may run a hook twice) and runs under hooks.policy.
 """
 from __future__ import annotations
@@ -242,4 +247,29 @@ HOOKS = {
     hooknames.PROLOG_SLURMCTLD: record_job,
     hooknames.PROLOG_SLURMCTLD_RECORD: record_job,
     hooknames.EPILOG_SLURMCTLD: epilog_slurmctld,
+}
+
+
+def drill_prolog(cfg: Config, inv, job: JobEnv) -> str:
+    from ..restore import onnode
+
+    return onnode.prepare(cfg, inv, job)
+
+
+def drill_epilog(cfg: Config, inv, job: JobEnv) -> str:
+    from ..restore import onnode
+
+    return onnode.cleanup(cfg, inv, job)
+
+
+def _not_for_drills(cfg: Config, inv, job: JobEnv) -> str:
+    return f"restore drill {job.drill}'s job: nothing to record"
+
+
+DRILL_HOOKS = {
+    hooknames.PROLOG: drill_prolog,
+    hooknames.EPILOG: drill_epilog,
+    hooknames.PROLOG_SLURMCTLD: _not_for_drills,
+    hooknames.PROLOG_SLURMCTLD_RECORD: _not_for_drills,
+    hooknames.EPILOG_SLURMCTLD: _not_for_drills,
 }

@@ -18,7 +18,7 @@ from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, 
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from ..states import COPY_OK, PART_CUT, WANT_APP
+from ..states import COPY_OK, NODE_PLANNED, PART_CUT, WANT_APP
 
 
 MYSQL_DIALECTS = ("mysql", "mariadb")
@@ -271,8 +271,46 @@ class RestoreTest(Base):
     time_to_first_step: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     slurm_job_id: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
+    # A drill run as a Slurm job (migration 0011): when it was submitted, how
+    # long it waited before the program started (queue and the nodes' Prologs,
+    # apart from time_to_first_step, which the node measures from the
+    # program's start) and the node the program started on.
+    submitted_at: Mapped[utc_opt]
+    queued_seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
+    ran_on: Mapped[str64] = mapped_column(default="", server_default="")
 
     set: Mapped[SnapshotSet] = relationship(back_populates="restore_tests")
+    nodes: Mapped[list["RestoreNode"]] = relationship(back_populates="test", order_by="RestoreNode.position")
+
+
+class RestoreNode(Base):
+    """One node of a drill run as a Slurm job (migration 0011): its Prolog
+    clones the node-local parts that node holds, its Epilog removes them,
+    and each reports here (through the service on a node), so the drill on
+    the controller learns what happened on the node without reaching it."""
+
+    __tablename__ = "restore_node"
+    __table_args__ = (UniqueConstraint("test_id", "node", name="uq_restore_node"),)
+
+    id: Mapped[intpk]
+    test_id: Mapped[int] = mapped_column(ForeignKey("restore_test.id"), index=True)
+    node: Mapped[str64]
+    # Its place in the drill's node list: position k takes the ranks of the job's node k.
+    position: Mapped[int] = mapped_column(Integer, default=0)
+    # The node-local parts (snapshot ids) cloned there: its own, or copies it holds.
+    snapshot_ids: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    state: Mapped[str] = mapped_column(String(16), default=NODE_PLANNED)   # states.NODE_STATES
+    # A clone that failed because of the set (its snapshot gone), not of the node's setup.
+    blames_set: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    error: Mapped[str] = mapped_column(Text, default="")
+    # The Prolog's time to make this node's clones.
+    seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
+    # What its Epilog reported: "", CLEANED or LEFT (states.NODE_CLEANUPS).
+    cleanup: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    cleanup_error: Mapped[str] = mapped_column(Text, default="")
+    updated_at: Mapped[utc]
+
+    test: Mapped[RestoreTest] = relationship(back_populates="nodes")
 
 
 class Event(Base):

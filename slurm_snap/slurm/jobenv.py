@@ -35,6 +35,9 @@ class JobEnv:
     exit_code: int | None = None
     # --snapshot-every in seconds; None: the job did not ask.
     every: int | None = None
+    # --snapshot-drill: the restore test this job is the drill of (restore/onnode.py);
+    # None for every job a user submits to be protected.
+    drill: int | None = None
     extra: dict = field(default_factory=dict)
 
     @property
@@ -83,6 +86,7 @@ def from_environ(env=None) -> JobEnv:
         resume_cmd=env.get(f"{SPANK}_RESUME_CMD", ""),
         exit_code=int(env["SLURM_JOB_EXIT_CODE"]) if env.get("SLURM_JOB_EXIT_CODE", "").isdigit() else None,
         every=_every(env.get(f"{SPANK}_EVERY", "")),
+        drill=_int(env, f"{SPANK}_DRILL") if env.get(f"{SPANK}_DRILL") else None,
     )
 
 
