@@ -65,6 +65,13 @@ class PathsConfig:
 
 
 @dataclass(frozen=True)
+class NodeConfig:
+    # This host's Slurm node name, for its agent's node tasks (slurm_snap/nodetasks):
+    # "" = the short host name (NodeName is the host name at most sites).
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class ProtocolConfig:
     checkpoint_signal: str = "SIGUSR1"
     # Label a set crash-consistent when barriers are missing, instead of failing it.
@@ -243,6 +250,7 @@ class Config:
     hooks: HooksConfig = HooksConfig()
     access: AccessConfig = AccessConfig()
     ssh: SshConfig = SshConfig()
+    node: NodeConfig = NodeConfig()
     restore: RestoreConfig = RestoreConfig()
     service: ServiceConfig = ServiceConfig()
     slurm: SlurmConfig = SlurmConfig()
@@ -297,6 +305,7 @@ _SECTIONS = {
     "hooks": HooksConfig,
     "access": AccessConfig,
     "ssh": SshConfig,
+    "node": NodeConfig,
     "restore": RestoreConfig,
     "service": ServiceConfig,
     "slurm": SlurmConfig,
@@ -446,6 +455,8 @@ def _check_semantics(cfg: Config) -> None:
         if not isinstance(host, str) or not host or any(not c.isprintable() or c.isspace() for c in host):
             raise ConfigError(path=p, key=f"ssh.addresses.{node}",
                               why=f"expected a host name or address, got {host!r}")
+    if cfg.node.name and not all(c.isascii() and (c.isalnum() or c in "-_.") for c in cfg.node.name):
+        raise ConfigError(path=p, key="node.name", why="a node name is letters, digits, '-', '_', '.'")
     _check_schedule(cfg)
     seen = set()
     for i, vc in enumerate(cfg.volume_classes):

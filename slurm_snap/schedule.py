@@ -18,13 +18,12 @@ scrontab line: etc/slurm-snap-schedule.*, etc/README.md §9).
        and left to run; the next pass collects the ones that ended (verdict,
        cleanup, record) before it submits more, so a pass never waits for a
        queue;
-    5. with [restore] partner_copies, copy node-local parts of restorable
-       sets to their partner node (protocol.partner), outside the cut's
-       critical path, before this pass's drills start: a set with node-local
-       parts is then drilled on nodes that cut none of it (restore.drill
-       Placement), each part brought from its partner copy when there is
-       one, so the drill proves what a requeue after a node's loss needs
-       (the drill job runs on the nodes holding the copies: nothing moves).
+    5. with [restore] partner_copies, queue a copy of each node-local part
+       of a restorable set to its partner node (protocol.partner: the two
+       nodes' agents make it, nodetasks/), outside the cut's critical path,
+       before this pass's drills: a set whose copies are under way waits,
+       then is drilled on the nodes that hold the copies (nothing moves),
+       so the drill proves what a requeue after a node's loss needs.
 
 A set is due when its run's newest set (of any trigger: a preemption set or
 a manual one counts) was requested `every` seconds ago, or the run started
@@ -39,7 +38,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -106,7 +105,7 @@ class PassReport:
     due: list[Due] = field(default_factory=list)
     taken: list[Taken] = field(default_factory=list)
     drills: list[Drilled] = field(default_factory=list)
-    # Partner copies made this pass ([restore] partner_copies): one line each.
+    # Partner copies queued this pass ([restore] partner_copies): one line each.
     partners: list[str] = field(default_factory=list)
     # Drill jobs of earlier passes that ended, collected this pass: one line each.
     collected: list[str] = field(default_factory=list)
@@ -198,22 +197,16 @@ class Runner:
         # A job about to be signalled is not drilled in the same pass: its
         # newest set is the one to prove, next pass.
         candidates = [c for c in candidates if c.job_id not in due_jobs]
-        partners = None
+        if self.cfg.restore.partner_copies:
+            # Queued first (the nodes' agents make them): a set whose copies
+            # are under way is drilled once they arrived, on the nodes that
+            # hold them, so the drill proves the copies a node's loss needs.
+            report.partners = self._partners()
+            with self.inv.session(readonly=True) as repo:
+                candidates = [c for c in candidates if not repo.open_node_tasks(set_id=c.set_id, purpose="partner")]
         with ThreadPoolExecutor(max_workers=self.cfg.schedule.concurrency, thread_name_prefix="snap") as snaps, \
-                ThreadPoolExecutor(max_workers=max(1, self.cfg.schedule.drills), thread_name_prefix="drill") as drills, \
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix="partner") as partner_pool:
-            if self.cfg.restore.partner_copies:
-                # Copies first, drills after them: a drill then brings a part
-                # from its partner copy and so proves that copy restores.
-                partners = partner_pool.submit(self._partners)
-
-            def drill_after_partners(c: DrillCandidate) -> Drilled:
-                if partners is not None:
-                    # Done either way; its outcome is reported with the pass, not per drill.
-                    wait([partners])
-                return self._one_drill(c)
-
-            drill_futures = [drills.submit(drill_after_partners, c) for c in candidates]
+                ThreadPoolExecutor(max_workers=max(1, self.cfg.schedule.drills), thread_name_prefix="drill") as drills:
+            drill_futures = [drills.submit(self._one_drill, c) for c in candidates]
             snap_futures = []
             gate = threading.Semaphore(self.cfg.schedule.concurrency)
             for i, d in enumerate(report.due):
@@ -225,18 +218,16 @@ class Runner:
                 snap_futures.append(snaps.submit(self._one_snapshot, d, gate))
             report.taken = [f.result() for f in snap_futures]
             report.drills = [f.result() for f in drill_futures]
-            if partners is not None:
-                report.partners = partners.result()
         report.seconds = time.monotonic() - t0
         return report
 
     def _partners(self) -> list[str]:
-        from .protocol import nodelocal, partner
+        from .protocol import partner
 
         try:
-            return [nodelocal.describe(c) for c in partner.make_copies(self.cfg, self.inv)]
+            return partner.make_copies(self.cfg, self.inv)
         except SnapError as exc:
-            return [f"partner copies not made: {exc}"]
+            return [f"partner copies not queued: {exc}"]
 
     def _one_snapshot(self, d: Due, gate: threading.Semaphore) -> Taken:
         try:

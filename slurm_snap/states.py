@@ -72,6 +72,14 @@ NODE_CLEANED = "CLEANED"          # every clone of the node is gone
 NODE_LEFT = "LEFT"                # some could not be removed (cleanup_error); the node agent retries
 NODE_CLEANUPS = (NODE_CLEANED, NODE_LEFT)
 
+# A node task's states (node_task rows: work a node's agent pulls, nodetasks/).
+TASK_PENDING = "PENDING"          # waiting for the node's agent
+TASK_LISTENING = "LISTENING"      # a receive, listening for its sender's agent
+TASK_DONE = "DONE"
+TASK_FAILED = "FAILED"            # error says why
+TASK_OPEN = (TASK_PENDING, TASK_LISTENING)
+TASK_STATES = (TASK_PENDING, TASK_LISTENING, TASK_DONE, TASK_FAILED)
+
 # Consistency labels: honest, never optimistic.
 APP = "app-consistent"
 CRASH = "crash-consistent"

@@ -22,6 +22,7 @@ COMMANDS = {
     "doctor": "doctor_cmd",
     "hook": "hook_cmd",
     "metrics": "metrics_cmd",
+    "node-tasks": "node_tasks_cmd",
     "prune": "prune_cmd",
     "repair": "repair_cmd",
     "report": "report_cmd",

@@ -16,6 +16,7 @@ def command(ctx, listen, pidfile):
     import os
 
     from ..protocol.recorder import OPS
+    from ..nodetasks.ops import OPS as TASK_OPS
     from ..restore.nodeops import OPS as DRILL_OPS
     from ..service.server import serve
     from . import main
@@ -29,4 +30,4 @@ def command(ctx, listen, pidfile):
                                 "the controller's configuration names the database")
     if os.geteuid() != 0:
         raise errors.PermissionDenied(why="serve runs as root: it acts for the users MUNGE vouches for")
-    serve(cfg, listen=listen, pidfile=pidfile, run_cli=main, ops={**OPS, **DRILL_OPS})
+    serve(cfg, listen=listen, pidfile=pidfile, run_cli=main, ops={**OPS, **DRILL_OPS, **TASK_OPS})

@@ -18,7 +18,7 @@ from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, 
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from ..states import COPY_OK, NODE_PLANNED, PART_CUT, WANT_APP
+from ..states import COPY_OK, NODE_PLANNED, PART_CUT, TASK_PENDING, WANT_APP
 
 
 MYSQL_DIALECTS = ("mysql", "mariadb")
@@ -311,6 +311,38 @@ class RestoreNode(Base):
     updated_at: Mapped[utc]
 
     test: Mapped[RestoreTest] = relationship(back_populates="nodes")
+
+
+class NodeTask(Base):
+    """Work on a node's own disk that no job rides on (migration 0011),
+    pulled by that node's agent (nodetasks/): delete a node-local part or a
+    copy (prune); send or receive a part between two nodes (partner copies),
+    the two halves linked by pair_id."""
+
+    __tablename__ = "node_task"
+    __table_args__ = (Index("ix_node_task_node_state", "node", "state"), Index("ix_node_task_set", "set_id"))
+
+    id: Mapped[intpk]
+    node: Mapped[str64]                                   # whose agent does it
+    kind: Mapped[str] = mapped_column(String(16))         # delete | send | receive
+    purpose: Mapped[str] = mapped_column(String(16))      # prune | partner
+    set_id: Mapped[int] = mapped_column(Integer)
+    snapshot_id: Mapped[int] = mapped_column(ForeignKey("snapshot.id"))
+    copy_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)     # delete: a copy, not the part
+    parent_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)   # send: incremental against it
+    peer: Mapped[str64] = mapped_column(default="")       # send: the target node; receive: the source
+    pair_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    address: Mapped[str255] = mapped_column(default="")   # receive: host:port it listens on
+    token: Mapped[str64] = mapped_column(default="")
+    state: Mapped[str] = mapped_column(String(16), default=TASK_PENDING)   # states.TASK_STATES
+    error: Mapped[str] = mapped_column(Text, default="")
+    method: Mapped[str] = mapped_column(String(24), default="")
+    bytes: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
+    seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
+    created_at: Mapped[utc]
+    updated_at: Mapped[utc]
+
+    snapshot: Mapped["Snapshot"] = relationship()
 
 
 class Event(Base):

@@ -218,3 +218,22 @@ def leftovers(cfg, node: str) -> list[Leftover]:
             job_id = data.get("job_id")
             out.append(Leftover(alt, test_id, job_id if isinstance(job_id, int) else None, clones))
     return out
+
+
+def sweep_leftovers(cfg, inventory, node: str) -> list[str]:
+    """The node agent's drill pass: drill directories on this node whose
+    drill has ended (an Epilog that could not remove them, or never ran)."""
+    left = leftovers(cfg, node)
+    if not left:
+        return []
+    try:
+        running = set(drill_nodes_for(cfg, inventory).running(test_ids=sorted({x.test_id for x in left})))
+    except errors.SnapError as exc:
+        return [f"drill leftovers not swept: {exc}"]
+    out = []
+    for x in left:
+        if x.test_id in running:
+            continue
+        errs = remove(cfg, node, x.clones)
+        out.append(f"drill {x.test_id}: {x.path} " + (f"not removed: {'; '.join(errs)}" if errs else "removed"))
+    return out

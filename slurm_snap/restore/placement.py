@@ -150,7 +150,10 @@ def positions(snapshots, job_nodes: list[str], copies, *, prefer_copies: bool,
     for c in copies:
         held.setdefault(c.snapshot_id, set()).add(c.node)
     lost = {s.node for s in local if s.state == S.PART_LOST}
-    up = set(usable())
+    # Only a choice needs Slurm's word (one sinfo): without copies every
+    # position is its own node, and a node that is down keeps the drill job
+    # queued until [restore] queue_timeout abandons it.
+    up = set(usable()) if held else {s.node for s in local} | set(job_nodes)
     out: list[Position] = []
     taken: set[str] = set()
     for o in job_nodes:

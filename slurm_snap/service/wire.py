@@ -30,7 +30,7 @@ def send(sock: socket.socket, obj) -> bytes:
     return data
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes:
+def read_exact(sock: socket.socket, n: int) -> bytes:
     parts, got = [], 0
     while got < n:
         chunk = sock.recv(min(n - got, 1 << 16))
@@ -43,10 +43,10 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
 
 def recv(sock: socket.socket, *, limit: int = MAX_FRAME) -> tuple[dict, bytes]:
     """One frame: (the decoded object, its bytes as sent)."""
-    (n,) = _LEN.unpack(_read_exact(sock, _LEN.size))
+    (n,) = _LEN.unpack(read_exact(sock, _LEN.size))
     if n > limit:
         raise ValueError(f"frame of {n} bytes exceeds the limit of {limit}")
-    raw = _read_exact(sock, n)
+    raw = read_exact(sock, n)
     obj = json.loads(raw)
     if not isinstance(obj, dict):
         raise ValueError("frame is not a JSON object")
