@@ -78,7 +78,8 @@ def test_doctor_json_all_well_exits_0(tmp_path, capsys):
     capsys.readouterr()
     assert main(["--config", cfg, "doctor", "--no-slurm", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["ok"] is True and data["problems"] == 0 and len(data["findings"]) == 2
+    # The inventory, who runs drills where (issue 31), the barrier directory.
+    assert data["ok"] is True and data["problems"] == 0 and len(data["findings"]) == 3
 
 
 def test_a_shared_class_over_ssh_is_checked_on_its_host_over_ssh(tmp_path, monkeypatch):
@@ -103,7 +104,8 @@ fsname = "lustre"
         calls.append((vc.name, node, local))
         raise errors.TransportError(f"root@{vc.host}: connection refused")
     monkeypatch.setattr(factory, "backend_for_class", build)
-    found = [f for f in site_checks.check_local(cfg, probes.local(cfg, node_local=False)) if "pfs" in f.what]
+    found = [f for f in site_checks.check_local(cfg, probes.local(cfg, node_local=False))
+             if f.what.startswith("volume class pfs")]
     assert calls == [("pfs", None, False)]
     assert len(found) == 1 and not found[0].ok
     assert found[0].what == "volume class pfs over SSH on mgs01: root@mgs01: connection refused"
