@@ -58,7 +58,8 @@ class Where:
     partition: str = ""
     qos: str = ""
     nice: int = 0
-    gres: str = ""
+    gres: str = ""                   # sbatch --gres, per node
+    gpus: str = ""                   # sbatch --gpus, per job
 
 
 def where_for(cfg, plan, *, partition: str | None = None) -> Where:
@@ -67,7 +68,8 @@ def where_for(cfg, plan, *, partition: str | None = None) -> Where:
     nodes = tuple(p.node for p in plan.positions)
     return Where(test_id=0, nodes=nodes, count=len(nodes) or max(1, len(plan.job_nodes)),
                  partition=partition or cfg.restore.partition or plan.partition, qos=cfg.restore.qos,
-                 nice=cfg.restore.nice, gres=str((plan.options or {}).get("gres") or ""))
+                 nice=cfg.restore.nice, gres=str((plan.options or {}).get("gres") or ""),
+                 gpus=str((plan.options or {}).get("gpus") or ""))
 
 
 class SlurmSubmitter:
@@ -214,6 +216,8 @@ def sbatch_argv(where: Where, *, job_name: str, deadline: float, marker_dir: str
         cmd.append(f"--nice={where.nice}")
     if where.gres:
         cmd.append(f"--gres={where.gres}")
+    if where.gpus:
+        cmd.append(f"--gpus={where.gpus}")
     cmd.append(os.path.join(marker_dir, SCRIPT))
     return cmd
 

@@ -245,3 +245,16 @@ def test_the_local_mode_is_explicit_and_job_mode_needs_a_submitter(inventory, wo
     local = dataclasses.replace(w.cfg, restore=dataclasses.replace(w.cfg.restore, mode="local"))
     with pytest.raises(errors.UsageError, match="Slurm job"):
         Drill(local, inventory, caller=ROOT).run("42", command=w.command("ok"), wait=False)
+
+
+def test_the_jobs_gres_is_read_from_slurm_and_asked_again_for_its_drills(tmp_path):
+    from slurm_snap.slurm.commands import gres_from_show_job
+
+    line = ("JobId=77 JobName=train UserId=alice(1000) Partition=gpu NumNodes=2 TresPerNode=gres:gpu:a100:2,"
+            "gres:nvme:1 TresPerJob=gres:gpu:4 MinCPUsNode=1")
+    assert gres_from_show_job(line) == {"gres": "gpu:a100:2,nvme:1", "gpus": "4"}
+    assert gres_from_show_job("JobId=78 TresPerNode=gres/gpu:1") == {"gres": "gpu:1"}     # later versions' spelling
+    assert gres_from_show_job("JobId=79 NumNodes=1 TRES=cpu=1,node=1") == {}
+    cmd = sbatch_argv(Where(test_id=3, nodes=("n1",), gres="gpu:a100:2,nvme:1", gpus="4"), job_name="j",
+                      deadline=60, marker_dir=str(tmp_path))
+    assert "--gres=gpu:a100:2,nvme:1" in cmd and "--gpus=4" in cmd
