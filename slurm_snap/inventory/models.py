@@ -271,7 +271,7 @@ class RestoreTest(Base):
     time_to_first_step: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     slurm_job_id: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
-    # A drill run as a Slurm job (migration 0011): when it was submitted, how
+    # A drill run as a Slurm job (migration 0012): when it was submitted, how
     # long it waited before the program started (queue and the nodes' Prologs,
     # apart from time_to_first_step, which the node measures from the
     # program's start) and the node the program started on.
@@ -284,7 +284,7 @@ class RestoreTest(Base):
 
 
 class RestoreNode(Base):
-    """One node of a drill run as a Slurm job (migration 0011): its Prolog
+    """One node of a drill run as a Slurm job (migration 0012): its Prolog
     clones the node-local parts that node holds, its Epilog removes them,
     and each reports here (through the service on a node), so the drill on
     the controller learns what happened on the node without reaching it."""
@@ -314,7 +314,7 @@ class RestoreNode(Base):
 
 
 class NodeTask(Base):
-    """Work on a node's own disk that no job rides on (migration 0011),
+    """Work on a node's own disk that no job rides on (migration 0012),
     pulled by that node's agent (nodetasks/): delete a node-local part or a
     copy (prune); send or receive a part between two nodes (partner copies),
     the two halves linked by pair_id."""
