@@ -145,6 +145,9 @@ def test_a_full_cycle_runs_no_user_program_on_ctl_and_no_ssh_from_ctl(cluster):
     partner_cfg.write_text(ctl_cfg.read_text().replace("[restore]\n", "[restore]\npartner_copies = true\n", 1))
     partner_cfg.chmod(0o600)
     ssh_before = {n: len(_sshd_log(cluster, n)) for n in cluster.nodes}
+    # The nodes' sshd logs do show a connection from ctl: bring-up proved each with one.
+    assert all("Accepted publickey" in _sshd_log(cluster, n) for n in cluster.nodes), \
+        {n: _sshd_log(cluster, n)[-300:] for n in cluster.nodes}
     agent_log: list = []
     jid = None
     t0 = time.monotonic()
