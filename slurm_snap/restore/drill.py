@@ -177,15 +177,22 @@ class Drill:
             set_id=plan.set_id, test_id=out.test_id, host=nsmod.this_host(), pid=os.getpid(),
             started_at=utcnow().isoformat(), nodes=nodes))
 
-    def _clone_shared(self, plan: Plan, snap, name: str, jf: JournalFile, out: Outcome) -> str | None:
-        """A clone made here; None (out.reason says why) when the set's snapshot failed it."""
+    def _clone_shared(self, plan: Plan, snap, *, several: bool, jf: JournalFile, out: Outcome,
+                      restore_map: dict[str, str]) -> str | None:
+        """A clone made here (`several`: its class has parts on several nodes),
+        entered in restore_map under the volume's path (node:path once that is
+        taken); None (out.reason says why) when the set's snapshot failed it."""
+        name = nsmod.clone_name(snap.volume.volume_class, snap.node, several)
         try:
-            return self._clone(self.backend_for(snap), snap, name, plan, jf)
+            got = self._clone(self.backend_for(snap), snap, name, plan, jf)
         except NOT_THE_SETS_FAULT:
             raise
         except errors.SnapError as exc:
             out.reason = f"clone of {snap.volume.path} from snapshot {snap.ref} failed: {exc}"
             return None
+        key = snap.volume.path if snap.volume.path not in restore_map else f"{snap.node}:{snap.volume.path}"
+        restore_map[key] = got
+        return got
 
     def _drill(self, plan: Plan, out: Outcome) -> None:
         """The local mode ([restore] mode = "local", single-host sites): every
@@ -199,12 +206,10 @@ class Drill:
         per_class: dict[str, str] = {}
         for snap in plan.snapshots:
             vclass = snap.volume.volume_class
-            got = self._clone_shared(plan, snap, nsmod.clone_name(vclass, snap.node, len(nodes_per_class[vclass]) > 1),
-                                     jf, out)
+            got = self._clone_shared(plan, snap, several=len(nodes_per_class[vclass]) > 1, jf=jf, out=out,
+                                     restore_map=restore_map)
             if got is None:
                 return
-            key = snap.volume.path if snap.volume.path not in restore_map else f"{snap.node}:{snap.volume.path}"
-            restore_map[key] = got
             per_class.setdefault(vclass, got)
         out.restore_map = restore_map
         env = program_env(plan.owner, restore_map, per_class, marker, plan.set_id, plan.checkpoint_step)
@@ -237,12 +242,10 @@ class Drill:
                 check_target(os.path.dirname(got), plan.live, self.cfg, protected=plan.protected)
                 restore_map.setdefault(snap.volume.path, got)
             else:
-                got = self._clone_shared(plan, snap, nsmod.clone_name(vclass, snap.node, shared_per_class[vclass] > 1),
-                                         jf, out)
+                got = self._clone_shared(plan, snap, several=shared_per_class[vclass] > 1, jf=jf, out=out,
+                                         restore_map=restore_map)
                 if got is None:
                     return
-                key = snap.volume.path if snap.volume.path not in restore_map else f"{snap.node}:{snap.volume.path}"
-                restore_map[key] = got
             per_class.setdefault(vclass, got)
         out.restore_map = restore_map
         env = program_env(plan.owner, restore_map, per_class, marker, plan.set_id, plan.checkpoint_step)
