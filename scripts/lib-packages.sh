@@ -16,8 +16,10 @@ iproute2 util-linux"
 # stop by PID (tests/integration/ceph_cluster.py). ceph-mds depends on the
 # `ceph` metapackage, so mon, mgr and osd come along anyway; naming them says
 # what the fixture runs. Measured on a fresh Debian 12: 94 packages, 246 MB,
-# about 29 s.
-TEST_PACKAGES="prometheus groff-base man-db zfs-fuse systemd
+# about 29 s. debootstrap makes the Debian 12 and 13 roots the packages are
+# built and installed in, rpm brings rpmbuild for the RPM spec
+# (tests/integration/test_package.py, docs/packaging.md).
+TEST_PACKAGES="prometheus groff-base man-db zfs-fuse systemd debootstrap rpm
 ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common"
 # The one place that names the venv the hooks, the SPANK plugin's helper=,
 # tests, the demo and benchmarks run. Two developers (or a developer and CI) on

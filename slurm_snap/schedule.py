@@ -25,9 +25,12 @@ scrontab line: etc/slurm-snap-schedule.*, etc/README.md §9).
        then is drilled on the nodes that hold the copies (nothing moves),
        so the drill proves what a requeue after a node's loss needs.
 
-A set is due when its run's newest set (of any trigger: a preemption set or
-a manual one counts) was requested `every` seconds ago, or the run started
-that long ago without one. Nothing here queries Slurm or the inventory once
+A run is due when DURATION has passed since the later of its start and its
+newest set of any kind (a requeued run counts from its own start, not from
+the set its preemption cut). That is `every` seconds after the run's newest
+set (of any trigger: a preemption set or a manual one counts) was requested,
+or after the run was recorded when it has none. README, docs/design.md and `schedule
+--help` say the same. Nothing here queries Slurm or the inventory once
 per job: a pass with nothing due costs one squeue and two queries per
 500 running jobs
 (benchmarks/schedule.py).
@@ -42,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from . import progress
 from .clock import aware, utcnow
 from .config import Config
 from .errors import Busy, SnapError
@@ -179,6 +183,7 @@ class Runner:
     def pass_once(self, *, dry_run: bool = False) -> PassReport:
         t0 = time.monotonic()
         report = PassReport(started_at=self.clock())
+        progress.phase("ask Slurm and the inventory")
         running = self.running()
         report.running = len(running)
         drills_on = bool(self.cfg.restore.verify_within) and self.cfg.schedule.drills > 0
@@ -201,12 +206,21 @@ class Runner:
             # Queued first (the nodes' agents make them): a set whose copies
             # are under way is drilled once they arrived, on the nodes that
             # hold them, so the drill proves the copies a node's loss needs.
+            progress.phase("partner copies")
             report.partners = self._partners()
             with self.inv.session(readonly=True) as repo:
                 candidates = [c for c in candidates if not repo.open_node_tasks(set_id=c.set_id, purpose="partner")]
-        with ThreadPoolExecutor(max_workers=self.cfg.schedule.concurrency, thread_name_prefix="snap") as snaps, \
+        progress.phase("sets and drills", total=len(report.due) + len(candidates))
+
+        def counted_drill(c: DrillCandidate) -> Drilled:
+            try:
+                return self._one_drill(c)
+            finally:
+                progress.count()
+
+        with progress.hold(), ThreadPoolExecutor(max_workers=self.cfg.schedule.concurrency, thread_name_prefix="snap") as snaps, \
                 ThreadPoolExecutor(max_workers=max(1, self.cfg.schedule.drills), thread_name_prefix="drill") as drills:
-            drill_futures = [drills.submit(self._one_drill, c) for c in candidates]
+            drill_futures = [drills.submit(counted_drill, c) for c in candidates]
             snap_futures = []
             gate = threading.Semaphore(self.cfg.schedule.concurrency)
             for i, d in enumerate(report.due):
@@ -243,6 +257,7 @@ class Runner:
                 taken.error = f"internal error: {exc.__class__.__name__}: {exc}"
             return taken
         finally:
+            progress.count()
             gate.release()
 
     def _one_drill(self, c: DrillCandidate) -> Drilled:

@@ -24,7 +24,11 @@
 
 #include "slurm_snap.h"
 
-SPANK_PLUGIN(slurm-snap, 1)
+/* SPANK_PLUGIN(slurm-snap, 1) without its const plugin_version, which
+ * version_guard.c defines: it may present the loader's release instead. */
+const char plugin_name[] = "slurm-snap";
+const char plugin_type[] = "spank";
+const unsigned int spank_plugin_version = 1;
 
 enum opt_id {
 	OPT_ON_PREEMPT = 1,
@@ -172,6 +176,11 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 			return -1;
 		}
 	}
+	if (snap_version_mismatch()) {
+		/* Built for another Slurm: inert everywhere (version_guard.c). */
+		snap_version_refuse(sp, spank_context() == S_CTX_SLURMD);
+		return 0;
+	}
 	if (parse_args(ac, av) < 0)
 		/* A bad plugstack line must not break jobs on the nodes. */
 		return is_local() ? -1 : 0;
@@ -182,6 +191,12 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
 	(void) ac;
 	(void) av;
+	if (snap_version_mismatch()) {
+		if (!is_local() || !ctx.given)
+			return 0;
+		snap_version_refuse(sp, 1);   /* the submission that asked: refused, with why */
+		return -1;
+	}
 	return is_local() ? snap_local_post_opt(sp, &ctx) : 0;
 }
 
@@ -189,14 +204,14 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
 	(void) ac;
 	(void) av;
-	return spank_remote(sp) == 1 ? snap_remote_user_init(sp) : 0;
+	return spank_remote(sp) == 1 && !snap_version_mismatch() ? snap_remote_user_init(sp) : 0;
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
 	(void) ac;
 	(void) av;
-	return spank_remote(sp) == 1 ? snap_remote_task_init(sp) : 0;
+	return spank_remote(sp) == 1 && !snap_version_mismatch() ? snap_remote_task_init(sp) : 0;
 }
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)

@@ -6,6 +6,7 @@
  *   local.c       sbatch/srun/salloc side: check, validate, export
  *   remote.c      slurmstepd side: copy job-control variables for the ranks;
  *                 in each step's task 0, print the Prologs' notices
+ *   version_guard.c  loaded by another Slurm than built for: stay inert, say so
  */
 #ifndef SLURM_SNAP_PLUGIN_H
 #define SLURM_SNAP_PLUGIN_H
@@ -56,5 +57,8 @@ int snap_run_validate(const struct snap_options *o, char *out, size_t out_cap);
 int snap_local_post_opt(spank_t sp, const struct snap_options *o);
 int snap_remote_user_init(spank_t sp);
 int snap_remote_task_init(spank_t sp);
+
+int snap_version_mismatch(void);
+void snap_version_refuse(spank_t sp, int loud);
 
 #endif

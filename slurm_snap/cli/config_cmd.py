@@ -1,7 +1,8 @@
 """`slurm-snap config check`: validate the file and print the effective configuration;
 `slurm-snap config get KEY`: one effective value, for install scripts;
 `slurm-snap config cli-filter TEMPLATE`: cli_filter.lua with the configured signal;
-`slurm-snap config man`: the man page, from the CLI's own definitions."""
+`slurm-snap config man [PAGE]`: slurm-snap(1) from the CLI's own definitions, or
+slurm-snap.toml(5) from the configuration schema."""
 from __future__ import annotations
 
 import json
@@ -105,9 +106,17 @@ def cli_filter(ctx, template):
 
 
 @command.command("man")
-def man():
-    """Print slurm-snap(1) in roff, generated from the commands' own
-    definitions (install: `slurm-snap config man > /usr/local/share/man/man1/slurm-snap.1`)."""
+@click.argument("page", type=click.Choice(["slurm-snap", "slurm-snap.toml"]), default="slurm-snap")
+def man(page):
+    """Print a man page in roff: slurm-snap(1), from the commands' own
+    definitions, or slurm-snap.toml(5), from the configuration schema
+    (install: `slurm-snap config man > /usr/local/share/man/man1/slurm-snap.1`,
+    `slurm-snap config man slurm-snap.toml > /usr/local/share/man/man5/slurm-snap.toml.5`)."""
+    if page == "slurm-snap.toml":
+        from .tomlpage import render as render_toml
+
+        click.echo(render_toml(), nl=False)
+        return
     from . import cli
     from .manpage import render
 

@@ -48,7 +48,7 @@ def caller_and_clock(ctx) -> tuple[access.Caller, dt.datetime, dt.tzinfo | None]
               help=f"Columns, as sacct -o; see --helpformat [default: ${FORMAT_ENV}, else the built-in list].")
 @click.option("-l", "--long", "long_", is_flag=True,
               help="The long column list (docs/report.md); not with -o, as in sacct.")
-@click.option("-e", "--helpformat", is_flag=True, help="List the columns and exit.")
+@click.option("-e", "--helpformat", is_flag=True, help="List the columns and exit (needs no configuration).")
 @click.option("-p", "--parsable", is_flag=True, help="'|' after every field (sacct -p).")
 @click.option("-P", "--parsable2", is_flag=True, help="'|' between fields, none at the end (sacct -P).")
 @click.option("--delimiter", default="|", metavar="CHARS", help="Field separator of -p/-P instead of '|'.")

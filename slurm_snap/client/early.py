@@ -56,12 +56,12 @@ def scontrol() -> str | None:
     return None
 
 
-def run_scontrol(args: list[str]) -> subprocess.CompletedProcess:
+def run_scontrol(args: list[str], timeout: float = SCONTROL_TIMEOUT) -> subprocess.CompletedProcess:
     """scontrol by absolute path, argv only, stdin closed, bounded in time."""
     exe = scontrol()
     if exe is None:
         raise FileNotFoundError("scontrol not found in " + ", ".join(_BIN_DIRS))
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT,
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL, check=False)
 
 
@@ -73,10 +73,15 @@ def job_state(job_id: str, run: Callable = run_scontrol) -> dict[str, str]:
     return dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", proc.stdout))
 
 
+def shows_preemption(fields: dict[str, str]) -> bool:
+    """Slurm shows the job a PreemptTime (`scontrol show job` fields)."""
+    return fields.get("PreemptTime", "") not in ("", "None", "N/A", "Unknown")
+
+
 def may_release(fields: dict[str, str]) -> tuple[bool, str]:
     """Is this job being preempted, and will Slurm requeue it?"""
     preempt = fields.get("PreemptTime", "")
-    if preempt in ("", "None", "N/A", "Unknown"):
+    if not shows_preemption(fields):
         return False, "Slurm shows no PreemptTime: not a preemption (a cancellation, perhaps)"
     if fields.get("Requeue") != "1":
         return False, f"the job may not be requeued (Requeue={fields.get('Requeue', '?')})"

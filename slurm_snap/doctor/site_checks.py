@@ -66,7 +66,7 @@ def check_class(cfg: Config, c: ClassTools) -> list[Finding]:
 def check_who_runs_what(cfg: Config) -> list[Finding]:
     """Where users' programs and root's reach go (issue 31): drills as Slurm
     jobs of the owner, node-local work by root on the node, SSH only for
-    what the site names, as a non-root account."""
+    what the site names (its account: security_checks.check_ssh_account)."""
     out = []
     if cfg.restore.mode == "local":
         out.append(Finding(True, "restore drills run the job's program in the drilling process, on this host "
@@ -85,18 +85,12 @@ def check_who_runs_what(cfg: Config) -> list[Finding]:
                            "drills, deletes and copies of node-local parts are done on the node (Prolog, node "
                            "agent) whatever the transport; only the coordinator's cuts use SSH to nodes",
                            warning=True))
-    if over_ssh and cfg.ssh.user == "root":
-        out.append(Finding(True, f"[ssh] user = \"root\" for {', '.join(vc.name for vc in over_ssh)}: whoever holds "
-                                 f"{cfg.ssh.key} is root on every host it reaches",
-                           "use a non-root account on the storage host with a sudo rule allowing only the "
-                           "snapshot tools ([ssh] user, etc/README.md \"10. Node agents and SSH\")",
-                           warning=True))
     return out
 
 
 def check_local(cfg: Config, facts: LocalFacts) -> list[Finding]:
     """slurm-snap's own side on this host: inventory, backends' tools, barrier directory."""
-    out = check_inventory(cfg, facts.inventory)
+    out = check_inventory(cfg, facts.inventory) if facts.inventory is not None else []
     for c in facts.classes:
         out += check_class(cfg, c)
     out.append(Finding(facts.barrier_dir_exists, f"barrier directory {facts.barrier_dir} exists",

@@ -217,16 +217,24 @@ def check_cli_filter(cfg: Config, path: str, text: str | None) -> list[Finding]:
                                         f"(has {got[0] or '?'}@{got[1] if got[1] is not None else '?'})", fix)]
 
 
-def check_entry_point(cfg: Config, path: str, text: str | None) -> list[Finding]:
+def check_entry_point(cfg: Config, path: str, text: str | None, defaults: str | None = None) -> list[Finding]:
     """The PrologSlurmctld entry point records in the background only if the
-    configuration allows it (policy `closed` must record before the launch)."""
+    configuration allows it (policy `closed` must record before the launch).
+    `defaults` is the text of the file the entry point reads its site
+    overrides from (its DEFAULTS=, /etc/default/slurm-snap for the package)."""
     if text is None:
         return [Finding(False, f"PrologSlurmctld entry point {path} readable", f"install {path} (etc/README.md)")]
     m = re.search(r"^RECORD=(\S+)", text, re.M)
     mode = m.group(1) if m else "foreground"
+    where = path
+    o = re.search(r"^RECORD=(\S+)", defaults or "", re.M)
+    if o:
+        mode = o.group(1)
+        d = re.search(r"^DEFAULTS=(\S+)", text, re.M)
+        where = d.group(1) if d else where
     want = "background" if cfg.hooks.records_in_background else "foreground"
     return [Finding(mode == want, f"PrologSlurmctld entry point records in the {want} (RECORD={mode})",
-                    f"set RECORD={want} in {path} (failure_policy {cfg.hooks.failure_policy!r}, "
+                    f"set RECORD={want} in {where} (failure_policy {cfg.hooks.failure_policy!r}, "
                     f"record_in_background {str(cfg.hooks.record_in_background).lower()})")]
 
 

@@ -70,6 +70,13 @@ def record_job(cfg: Config, inv, job: JobEnv) -> str:
 
 
 def prolog(cfg: Config, inv, job: JobEnv) -> str:
+    if job.restart_count > 0:
+        # A requeued run: this node may still hold the preempted run's spool
+        # entry, and the head node's resume point waits for it. Deliver now,
+        # not after the agent's backoff (one scandir when the spool is empty).
+        from ..nodeagent.agent import kick
+
+        kick(cfg, reached_service=True)
     declared = parse_declaration(cfg, job.volumes)
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
     mine = [s for s in specs if s.node == job.node or (s.scope == "shared" and job.node == job.head_node)]
@@ -86,6 +93,7 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
         # The job will not run: no notice to print, but report/show say why.
         raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
     jobdir = JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid)
+    resuming = job.restart_count > 0 and job.node == job.head_node
     told: list[str] = []
     try:
         jobdir.write_job(JobRecord(job_id=job.job_id, restart_count=job.restart_count, user=job.user,
@@ -99,7 +107,7 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
                     f"snapshots of it (slurm-snap show {job.job_id})" for r in refused]
             raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
         resumed = ""
-        if job.restart_count > 0 and job.node == job.head_node:
+        if resuming:
             from ..protocol import preempt
 
             left = remaining()
@@ -239,15 +247,41 @@ def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
 
 
 def epilog(cfg: Config, inv, job: JobEnv) -> str:
-    why, t, slurm = _not_preempted(cfg, job)
-    if why:
-        return why
     from ..protocol import preempt
 
-    from .policy import remaining
+    if not job.on_preempt:
+        return "not --snapshot-on-preempt"
+    try:
+        t, slurm = _preempt_time(cfg, job)
+        if not t:
+            return "not preempted"
+        when = f"preempted at {t}"
+    except SnapError as exc:
+        # slurmctld did not answer (restarting, or this node is cut off from
+        # the controller): the ranks' acknowledgements on the shared
+        # filesystem still say whether this was a preemption.
+        seen = preempt.ranks_saw_preemption(cfg, job)
+        if not seen:
+            raise
+        t = slurm = 0
+        when = f"squeue failed ({exc}), but {seen}: preempted"
+    result = preempt.epilog_cut(cfg, inv, job, preempt_time=t or None, killed_at=slurm or None,
+                                remaining=remaining(), refusal=lambda v: _refusal(cfg, v, job))
+    return f"{when}: {result}"
 
-    result = preempt.epilog_cut(cfg, inv, job, preempt_time=t, killed_at=slurm, remaining=remaining())
-    return f"preempted at {t}: {result}"
+
+def _refusal(cfg: Config, spec: VolumeRecord, job: JobEnv) -> str:
+    """Why this node must not cut `spec` (the Prolog's own check of a path
+    that already exists, run again at the cut), "" when it may."""
+    if cfg.volume_class(spec.volume_class) is None:
+        return f"its class {spec.volume_class!r} is no longer configured"
+    try:
+        _prepare_volume(cfg, spec, job, create=False)
+    except PathError as exc:
+        return exc.kwargs.get("why") or str(exc)
+    except (OSError, SnapError) as exc:
+        return f"cannot be checked: {exc}"
+    return ""
 
 
 HOOKS = {

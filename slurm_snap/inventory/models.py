@@ -138,7 +138,11 @@ class SnapshotSet(Base):
     epoch: Mapped[str64]
     trigger: Mapped[str] = mapped_column(String(16))
     wanted: Mapped[str] = mapped_column(String(16), default=WANT_APP)
+    # The set's label as a point to restore from ("none" for a set that is
+    # not one: states.NOT_A_POINT); parts_consistency the label of the parts
+    # that were cut (migration 0011). states.labels_for is the one rule.
     consistency: Mapped[str] = mapped_column(String(24), default="none")
+    parts_consistency: Mapped[str] = mapped_column(String(24), default="none", server_default="none")
     state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
     # Who drives the set now: host:pid of the coordinator, for repair.

@@ -18,6 +18,8 @@ imports it inside training processes and containers.
     ack/<node>.<rank>.json      Ack (ack)                 rank -> coordinator, Epilog, rank 0, inventory
       its "manifest"            ManifestEntry (ack)
     ack/early-<epoch>.decision  EarlyDecision (early)     rank 0 -> head node's Epilog -> the set's events
+    cut/<epoch>/<node>.json     CutRecord (cut)           Epilog -> the requeued run's head Prolog (when the
+      its "parts"               CutPart (cut)               service is away); also a node spool's parts
     prolog/<restart>/<node>     plain text, no record     Prolog -> the job's output (jobdir.write_prolog_done)
 
 The epoch rule (`preempt-<restart count>` at preemption) and the file-name
@@ -45,6 +47,7 @@ Nothing here may import beyond the standard library and slurm_snap.errors
 """
 from slurm_snap.jobrecords.ack import (ACK_VERSION, ACK_VERSIONS, MAX_ACK_BYTES, MAX_AGREEMENT, MAX_RANK, MAX_STEP,
                                        Ack, ManifestEntry)
+from slurm_snap.jobrecords.cut import CutPart, CutRecord
 from slurm_snap.jobrecords.early import (EARLY_DECISIONS, EARLY_FAILED, EARLY_KEPT, EARLY_RELEASED, EARLY_REQUEUED,
                                          EARLY_REQUEUEING, EARLY_WAITED, EarlyDecision)
 from slurm_snap.jobrecords.fields import PREEMPT_PREFIX, check_name, is_preempt_epoch, preempt_epoch
@@ -55,7 +58,7 @@ from slurm_snap.jobrecords.resume import ResumeRank, ResumeRecord
 
 __all__ = [
     "ACK_VERSION", "ACK_VERSIONS", "MAX_ACK_BYTES", "MAX_AGREEMENT", "MAX_RANK", "MAX_STEP", "Ack", "ManifestEntry",
-    "EARLY_DECISIONS", "EARLY_FAILED", "EARLY_KEPT", "EARLY_RELEASED", "EARLY_REQUEUED", "EARLY_REQUEUEING",
+    "CutPart", "CutRecord", "EARLY_DECISIONS", "EARLY_FAILED", "EARLY_KEPT", "EARLY_RELEASED", "EARLY_REQUEUED", "EARLY_REQUEUEING",
     "EARLY_WAITED", "EarlyDecision", "PREEMPT_PREFIX", "check_name", "is_preempt_epoch", "preempt_epoch",
     "JobRecord", "VolumeRecord", "ReleaseRecord", "RequestRecord", "ResumeRank",
     "ResumeRecord",

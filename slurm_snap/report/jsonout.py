@@ -47,6 +47,8 @@ def set_doc(r: SetRow, now: dt.datetime) -> dict[str, Any]:
         "trigger": m["trigger"],
         "wanted": m["wanted"],
         "consistency": m["consistency"],
+        "parts_consistency": m.get("parts_consistency") or m["consistency"],
+        "resumable": r.resumable,
         "state": m["state"],
         "reason": m["reason"],
         "times": {name: iso_utc(m[col]) for name, col in PHASE_TIMES},

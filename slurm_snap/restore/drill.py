@@ -36,7 +36,7 @@ import os
 import pwd
 from typing import Callable
 
-from .. import errors
+from .. import errors, progress
 from ..access import Caller, current_caller
 from ..clock import utcnow
 from ..protocol import nodelocal
@@ -200,6 +200,7 @@ class Drill:
         marker_dir, jf = self._start(plan, out)
         marker = os.path.join(marker_dir, nsmod.MARKER_FILE)
         nodes_per_class: dict[str, set] = {}
+        progress.phase("clone", total=len(plan.snapshots))
         for snap in plan.snapshots:
             nodes_per_class.setdefault(snap.volume.volume_class, set()).add(snap.node)
         restore_map: dict[str, str] = {}
@@ -210,9 +211,11 @@ class Drill:
                                      restore_map=restore_map)
             if got is None:
                 return
+            progress.advance()
             per_class.setdefault(vclass, got)
         out.restore_map = restore_map
         env = program_env(plan.owner, restore_map, per_class, marker, plan.set_id, plan.checkpoint_step)
+        progress.phase("resume command")
         result = run_program(plan.argv, env=env, cwd=marker_dir, deadline=plan.deadline,
                              marker_file=marker, creds=plan.creds if os.geteuid() == 0 else None)
         out.passed, out.reason = verdict(result, plan.checkpoint_step, plan.deadline)
@@ -268,6 +271,7 @@ class Drill:
                 self.submitter.cancel(job_id)   # another job claimed the drill: ours runs nothing of it
                 raise
 
+        progress.phase("drill job")
         job = dict(argv=plan.argv, env=env, marker_dir=marker_dir, marker_file=marker, deadline=plan.deadline,
                    owner=plan.owner, creds=plan.creds, job_name=f"slurm-snap-restore-{plan.set_id}", where=where)
         if not wait:
@@ -324,8 +328,10 @@ class Drill:
             Copy(snapshot_id=m.part.snapshot_id, on=m.to_node, volume_class=m.part.volume_class,
                  backend=m.part.backend, volume=m.part.volume, name=m.part.name, ref=m.part.ref, path=m.part.path,
                  source=m.source_node) for m in placed.moves))
+        progress.phase("bring parts", total=len(placed.moves))
         records = nodelocal.execute(self.cfg, placed.moves, budget=plan.deadline, for_restart=None, purpose="drill",
                                     backend_on=self.backend_on)
+        progress.advance(len(records))
         classes = {m.part.snapshot_id: m.part.volume_class for m in placed.moves}
         with self.inv.session() as repo:
             repo.record_copies(plan.set_id, records)

@@ -17,7 +17,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .. import errors
+from .. import errors, progress
 from .. import states as S
 from ..nodetasks.ops import finish_deleting, queue_delete
 from ..restore.parts import BackendFor, ref_from_row
@@ -68,9 +68,9 @@ class Pruner:
 
     def apply(self, decisions: Iterable[Decision]) -> PruneResult:
         result = PruneResult()
-        for d in decisions:
-            if not d.delete:
-                continue
+        doomed = [d for d in decisions if d.delete]
+        progress.phase("delete sets", total=len(doomed))
+        for d in doomed:
             try:
                 self.delete_set(d.set_id, why="; ".join(d.reasons))
                 result.deleted.append(d.set_id)
@@ -78,6 +78,7 @@ class Pruner:
                 result.pending[d.set_id] = pending.nodes
             except errors.SnapError as exc:
                 result.failed[d.set_id] = str(exc)
+            progress.advance()
         return result
 
     def delete_set(self, set_id: int, *, why: str = "") -> None:

@@ -23,6 +23,14 @@ from cluster import default_inventory, new_state_dir, remove_state_dir, start_cl
 from testkit.cluster import Cluster  # noqa: E402
 
 
+def pytest_terminal_summary(terminalreporter):
+    """What the package builds of this run cost (none when they were cached):
+    the package step's share of CI time, cold on a fresh machine."""
+    packages = sys.modules.get("packages")
+    for what, seconds in sorted(getattr(packages, "TIMINGS", {}).items()):
+        terminalreporter.write_line(f"scripts/package {what}: {seconds:.0f} s")
+
+
 def pytest_collection_modifyitems(items):
     """Every test on the dev cluster's Slurm is marked `slurm`: the subset CI
     runs on the second Slurm version (scripts/test with SLURM_SNAP_SLURM=24.11).

@@ -78,8 +78,12 @@ def test_doctor_json_all_well_exits_0(tmp_path, capsys):
     capsys.readouterr()
     assert main(["--config", cfg, "doctor", "--no-slurm", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    # The inventory, who runs drills where (issue 31), the barrier directory.
-    assert data["ok"] is True and data["problems"] == 0 and len(data["findings"]) == 3
+    assert data["ok"] is True and data["problems"] == 0
+    # inventory, barrier directory, then the files SECURITY.md names, SSH, and who runs drills where (issue 31).
+    whats = [f["what"] for f in data["findings"]]
+    assert [w.split(" ")[0] for w in whats[:2]] == ["inventory", "barrier"]
+    assert any(w.startswith("configuration") for w in whats) and whats[-2].startswith("no volume class")
+    assert "Slurm jobs of the job's owner" in whats[-1]
 
 
 def test_a_shared_class_over_ssh_is_checked_on_its_host_over_ssh(tmp_path, monkeypatch):

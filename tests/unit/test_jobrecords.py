@@ -14,8 +14,9 @@ import pytest
 
 from slurm_snap.errors import BadValueError
 from slurm_snap.jobdir import JobDir
-from slurm_snap.jobrecords import (Ack, EarlyDecision, JobRecord, ManifestEntry, ReleaseRecord, RequestRecord,
-                                   ResumeRank, ResumeRecord, VolumeRecord, is_preempt_epoch, preempt_epoch)
+from slurm_snap.jobrecords import (Ack, CutPart, CutRecord, EarlyDecision, JobRecord, ManifestEntry, ReleaseRecord,
+                                   RequestRecord, ResumeRank, ResumeRecord, VolumeRecord, is_preempt_epoch,
+                                   preempt_epoch)
 
 T0 = dt.datetime(2026, 12, 3, 10, 0, tzinfo=dt.timezone.utc)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,6 +35,15 @@ RECORDS = [
                  missing=("scratch part of rank(s) 1 (cut on n2): no copy survives",)),
     EarlyDecision(epoch="preempt-0", decision="requeued", at=1.5e9, why="preempted at X", all_acknowledged_at=1.4e9),
     EarlyDecision(epoch="preempt-0", decision="waited", at=1.5e9, why="not every rank acknowledged in time"),
+    CutRecord(epoch="preempt-1", node="n2", set_id=None, preempt_time=1.5e9, job=JobRecord(
+        job_id=77, restart_count=1, user="alice", nodes=("n2",),
+        volumes=(VolumeRecord(path="/scratch/jobs/77", scope="node-local", volume_class="scratch", node="n2"),)),
+        parts=(
+        CutPart(volume_class="scratch", scope="node-local", node="n2", path="/scratch/jobs/77", backend="btrfs",
+                name="slurm-snap-77-r1-0123456789ab", ref="/scratch/jobs/.snapshots/x",
+                snapshot_path="/scratch/jobs/.snapshots/x", cut_started_at=T0, cut_at=T0, manifest_ok=True),
+        CutPart(volume_class="pfs", scope="shared", node="", path="/pfs/jobs/77", backend="btrfs", name="y",
+                state="MISSING", error="did not finish within 3 s"))),
 ]
 
 
@@ -71,6 +81,20 @@ def test_an_acknowledgement_round_trips_through_its_bytes():
     (EarlyDecision, {"epoch": "preempt-0", "decision": "maybe", "at": 1}, "decision", "'maybe'"),
     (EarlyDecision, {"epoch": "preempt-0", "decision": "kept", "at": "soon"}, "at", "'soon'"),
     (EarlyDecision, {"epoch": "preempt-0", "decision": "kept", "at": 1, "whence": 2}, "whence", "2"),
+    (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": "all"}, "parts", "'all'"),
+    (CutRecord, {"epoch": "preempt-0", "node": "../n1", "parts": []}, "node", "'../n1'"),
+    (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "set_id": -1}, "set_id", "-1"),
+    (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "job": {"volumes": "all"}}, "volumes", "'all'"),
+    (CutPart, {"volume_class": "s", "scope": "local", "node": "n1", "path": "/s", "backend": "b", "name": "x",
+               "state": "CUT"}, "scope", "'local'"),
+    (CutPart, {"volume_class": "s", "scope": "shared", "node": "", "path": "s", "backend": "b", "name": "x",
+               "state": "CUT"}, "path", "'s'"),
+    (CutPart, {"volume_class": "s", "scope": "shared", "node": "", "path": "/s", "backend": "b", "name": "x",
+               "state": "GONE"}, "state", "'GONE'"),
+    (CutPart, {"volume_class": "s", "scope": "shared", "node": "", "path": "/s", "backend": "b", "name": "x",
+               "state": "CUT", "cut_at": "noon"}, "cut_at", "'noon'"),
+    (CutPart, {"volume_class": "s", "scope": "shared", "node": "", "path": "/s", "backend": "b", "name": "x",
+               "state": "CUT", "manifest_ok": "yes"}, "manifest_ok", "'yes'"),
 ])
 def test_a_bad_field_is_named_with_its_file_and_value(cls, doc, field, value):
     with pytest.raises(BadValueError) as info:
