@@ -69,7 +69,8 @@ def command(ctx, no_slurm, no_nodes, local_only, node, as_json):
     findings += site_checks.check_local(cfg, probes.local(cfg, node=node, node_local=not controller,
                                                            remote=not local_only))
     findings += security_checks.check_files(cfg, probes.trusted_files(cfg))
-    if not cfg.via_service and node is None:
+    if not cfg.via_service and node is None and not local_only:
+        # The account other hosts are reached with: not this host's own fact.
         findings += security_checks.check_ssh_account(cfg)
         # Where drills and root's reach go: a host with the inventory runs them.
         findings += site_checks.check_who_runs_what(cfg)

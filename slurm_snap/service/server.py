@@ -27,6 +27,9 @@ Between requests the server runs its sweeper (`sweep`, given by `slurm-snap
 serve`: sets left in flight past their deadline, drills left RUNNING) every
 [service] sweep_every seconds, in a forked child like a request, so no set
 waits for a person and a slow database never stalls the accept loop.
+
+Length: one file for the service's one loop: the request's bounds, its
+dispatch and its sealed reply share the per-connection state they guard.
 """
 from __future__ import annotations
 
