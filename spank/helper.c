@@ -166,10 +166,6 @@ int snap_run_validate(const struct snap_options *o, char *out, size_t out_cap)
 		argv[n++] = "--every";
 		argv[n++] = o->every;
 	}
-	if (o->drill) {
-		argv[n++] = "--drill";
-		argv[n++] = o->drill;
-	}
 	argv[n] = NULL;
 
 	if (pipe2(outp, O_CLOEXEC) < 0) {

@@ -59,6 +59,34 @@ static int export_result(spank_t sp, char *out)
 	return 0;
 }
 
+/*
+ * A restore drill's own job (restore/submit.py): `sbatch --snapshot-drill=TEST`
+ * executed as the job's owner on the host running the drill, usually the
+ * controller, whose configuration is root's alone (it holds the database's
+ * URL). So no helper runs here and no configuration is read: the value is a
+ * test id, checked in full in C, and nothing else may come with it, so no
+ * option the helper would have validated is exported unchecked. The drill
+ * itself is checked where root can: each node's Prolog asks the inventory
+ * for the drill's work with the job's id and uid, and a job that is not the
+ * drill's own (a user who gives --snapshot-drill to a job of theirs) is
+ * refused there and nothing is made (restore/onnode.py). The job needs no
+ * result line of the helper's: its in-job runner reads the barrier
+ * directory from the spec the drill wrote (restore/injob.py).
+ */
+static int drill_post_opt(spank_t sp, const struct snap_options *o)
+{
+	if (snap_check_drill(o->drill) < 0)
+		return -1;
+	if (o->on_preempt || o->independent || o->volumes || o->consistency || o->resume_cmd || o->every) {
+		slurm_error(PREFIX "--snapshot-drill marks a restore drill's own job and takes no other --snapshot option");
+		return -1;
+	}
+	if (export_env(sp, "SLURM_SNAP", "1") < 0 || export_env(sp, "SLURM_SNAP_DRILL", o->drill) < 0)
+		return -1;
+	slurm_debug(PREFIX "version %s: restore drill %s's job", SLURM_SNAP_VERSION, o->drill);
+	return 0;
+}
+
 int snap_local_post_opt(spank_t sp, const struct snap_options *o)
 {
 	char result[HELPER_STDOUT_MAX];
@@ -73,6 +101,8 @@ int snap_local_post_opt(spank_t sp, const struct snap_options *o)
 	 */
 	if (spank_context() == S_CTX_LOCAL && getenv("SLURM_JOB_ID"))
 		return 0;
+	if (o->drill)
+		return drill_post_opt(sp, o);
 	if (o->volumes && snap_check_volumes(o->volumes) < 0)
 		return -1;
 	if (o->consistency && snap_check_consistency(o->consistency) < 0)
@@ -81,12 +111,6 @@ int snap_local_post_opt(spank_t sp, const struct snap_options *o)
 		return -1;
 	if (o->every && snap_check_text("snapshot-every", o->every, 0) < 0)
 		return -1;
-	if (o->drill && snap_check_drill(o->drill) < 0)
-		return -1;
-	if (o->drill && (o->on_preempt || o->independent)) {
-		slurm_error(PREFIX "--snapshot-drill marks a restore drill's own job and takes no other --snapshot option");
-		return -1;
-	}
 	if (snap_run_validate(o, result, sizeof(result)) < 0)
 		return -1;
 	if (export_env(sp, "SLURM_SNAP", "1") < 0)
@@ -103,8 +127,6 @@ int snap_local_post_opt(spank_t sp, const struct snap_options *o)
 	if (o->resume_cmd && export_env(sp, "SLURM_SNAP_RESUME_CMD", o->resume_cmd) < 0)
 		return -1;
 	if (o->every && export_env(sp, "SLURM_SNAP_EVERY", o->every) < 0)
-		return -1;
-	if (o->drill && export_env(sp, "SLURM_SNAP_DRILL", o->drill) < 0)
 		return -1;
 	if (export_result(sp, result) < 0)
 		return -1;

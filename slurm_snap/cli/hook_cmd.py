@@ -20,22 +20,12 @@ def command():
 @click.option("--consistency", default=S.WANT_APP, show_default=True)
 @click.option("--resume-cmd", default="", help="The --snapshot-resume-cmd value as given.")
 @click.option("--every", default=None, help="The --snapshot-every value as given.")
-@click.option("--drill", default=None, help="The --snapshot-drill value as given (a restore drill's own job).")
 @click.pass_obj
-def validate_options(ctx, volumes, consistency, resume_cmd, every, drill):
-    """Check submit-time options (run by the SPANK plugin inside sbatch, as the user)."""
+def validate_options(ctx, volumes, consistency, resume_cmd, every):
+    """Check submit-time options (run by the SPANK plugin inside sbatch, as the user).
+    Never for a restore drill's own job (--snapshot-drill): the plugin checks
+    that one alone, reading no configuration (spank/local.c)."""
     from ..hooks.volumes import validate_submit
-
-    if drill is not None:
-        # A drill job (restore/submit.py) protects nothing: its Prolog only
-        # prepares the drilled set, which the inventory, not this option, names.
-        if not (drill.isascii() and drill.isdigit()) or not 0 < int(drill) < 2**31:
-            raise errors.BadValueError(what="--snapshot-drill", value=drill, why="is not a restore test id")
-        if volumes is not None or resume_cmd or every is not None:
-            raise errors.BadValueError(what="--snapshot-drill", value=drill,
-                                       why="marks a restore drill's own job and takes no other --snapshot option")
-        click.echo(f"SLURM_SNAP_BARRIER_DIR={ctx.config.paths.barrier_dir}")
-        return
 
     if volumes is not None and volumes.strip() == "":
         raise errors.BadValueError(what="--snapshot-volumes", value=volumes, why="empty list")
