@@ -39,6 +39,19 @@ class NodeTaskQueries:
             raise NotFound(what="node task", value=str(task_id))
         return task
 
+    def lock_node_task_pair(self, task_id: int) -> tuple[NodeTask, NodeTask | None]:
+        """A task and its pair (the other end of a transfer; None for a
+        delete), both row-locked, the lower id first whichever end asks. The
+        two ends of a transfer report at about the same moment (a send and
+        its receive; two nodes copying to each other): each locking its own
+        row and then the other's made a lock cycle, which PostgreSQL ends by
+        aborting one report (deadlock detected)."""
+        # pair_id is written once, when the transfer is queued (pair_node_tasks):
+        # reading it unlocked gives the row to lock.
+        pair_id = self.s.scalar(select(NodeTask.pair_id).where(NodeTask.id == task_id))
+        rows = {i: self.node_task(i, lock=True) for i in sorted({task_id, pair_id or task_id})}
+        return rows[task_id], rows.get(pair_id) if pair_id else None
+
     def tasks_for_node(self, node: str) -> list[NodeTask]:
         """What `node`'s agent does now: its pending deletes and receives,
         and the sends whose receiver listens already; oldest first."""

@@ -91,7 +91,9 @@ class LocalNodeTasks:
                  bytes: int | None = None, seconds: float | None = None) -> str:
         """What the agent did; its effect on the part, the copy, the set."""
         with self.inv.session() as repo:
-            t = self._mine(repo, task_id, node, None)
+            # Both ends of a transfer locked in one order (lock_node_task_pair).
+            t, pair = repo.lock_node_task_pair(task_id)
+            self._check_mine(t, node, None)
             if t.state not in S.TASK_OPEN:
                 return f"node task {task_id} was already {t.state}"
             t.state, t.error = (S.TASK_DONE, "") if ok else (S.TASK_FAILED, error[:4000])
@@ -99,7 +101,6 @@ class LocalNodeTasks:
             job_id = repo.get_set(t.set_id).job_id
             if t.kind == "delete":
                 return self._deleted(repo, t, ok, error, job_id)
-            pair = repo.node_task(t.pair_id, lock=True) if t.pair_id else None
             receiver = t if t.kind == "receive" else pair
             if not ok and pair is not None and pair.state in S.TASK_OPEN:
                 pair.state, pair.error = S.TASK_FAILED, f"its {t.kind} on {t.node} failed: {error}"[:4000]
@@ -122,9 +123,12 @@ class LocalNodeTasks:
             return what
 
     def _mine(self, repo, task_id: int, node: str, kind: str | None):
-        t = repo.node_task(task_id, lock=True)
+        return self._check_mine(repo.node_task(task_id, lock=True), node, kind)
+
+    @staticmethod
+    def _check_mine(t, node: str, kind: str | None):
         if t.node != node or (kind is not None and t.kind != kind):
-            raise errors.PermissionDenied(why=f"node task {task_id} is {t.node}'s {t.kind}, not {node}'s")
+            raise errors.PermissionDenied(why=f"node task {t.id} is {t.node}'s {t.kind}, not {node}'s")
         return t
 
     def _deleted(self, repo, t, ok: bool, error: str, job_id: int) -> str:
