@@ -103,12 +103,18 @@ def _defaults(c: Cluster, hosts, helper: Path | None) -> None:
             r = subprocess.run([str(helper.parent / "venv" / "bin" / "slurm-snap"), "--config", str(conf), "config",
                                 "check"], capture_output=True,
                                text=True, timeout=60)
-            m = re.search(r": ([a-z_]+)\.([a-z_]+): unknown key", r.stderr)
+            # A key added since ("service.sweep_after: unknown key") or a
+            # whole table added since ("spool: unknown key").
+            m = re.search(r": ([a-z_]+)(?:\.([a-z_]+))?: unknown key", r.stderr)
             if r.returncode == 0 or not m:
                 break
             section, key = m.groups()
             text = conf.read_text()
             head = text.index(f"[{section}]")
+            if key is None:
+                after = re.compile(r"^\[", re.M).search(text, head + 1)
+                conf.write_text(text[:head] + (text[after.start():] if after else ""))
+                continue
             line = re.compile(rf"^{key}\s*=.*\n", re.M).search(text, head)
             conf.write_text(text[:line.start()] + text[line.end():])
         assert r.returncode == 0, f"{h}: the old version refuses its config: {r.stderr}"
