@@ -109,7 +109,7 @@ def _state(repo, set_id):
     st = repo.get_set(set_id)
     tests = [(t.id, t.result, t.ran_on, t.queued_seconds, t.time_to_first_step, t.reason, t.slurm_job_id,
               [(n.node, n.state, n.cleanup) for n in t.nodes]) for t in restore_tests(repo, set_id)]
-    copies = sorted((c.source_node, c.node, c.state, c.method) for c in repo.copies(set_id))
+    copies = sorted((c.source_node, c.node, c.state, c.method, c.error) for c in repo.copies(set_id))
     tasks = [(t.node, t.kind, t.state, t.error) for t in repo.open_node_tasks(set_id=set_id)]
     parts = sorted((p.node, p.state, p.ref) for p in repo.snapshots(set_id, include_deleted=True) if p.node)
     return {"state": st.state, "tests": tests, "copies": copies, "open_tasks": tasks, "parts": parts}
@@ -184,8 +184,11 @@ def test_a_full_cycle_runs_no_user_program_on_ctl_and_no_ssh_from_ctl(cluster):
                 return doc if doc["tests"] and doc["tests"][0][1] != "RUNNING" else None
             doc = _until("the scheduled drill", scheduled, 300, 2.0)
             t_sched = time.monotonic()
+            # A failed copy's error and the agents' lines in the message: the
+            # cluster is gone once the test ends.
             assert sorted(c[:3] for c in doc["copies"]) == sorted([(nodes[0], nodes[1], "OK"),
-                                                                   (nodes[1], nodes[0], "OK")]), doc
+                                                                   (nodes[1], nodes[0], "OK")]), \
+                (doc["copies"], agent_log[-20:])
             (test,) = doc["tests"]
             assert test[1] == "PASSED" and doc["state"] == "VERIFIED", (doc, agent_log)
             # On the nodes holding the partner copies: position k on the job's node k's partner.
