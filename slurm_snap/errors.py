@@ -64,6 +64,12 @@ class UsageError(SnapError):
     exit_code = USAGE
 
 
+class CheckpointDirError(UsageError):
+    """No volume the job declared can hold its checkpoints (client/checkpoint_dir.py)."""
+
+    template = "no place for the checkpoints of job {job}: {why}"
+
+
 class BadValueError(UsageError):
     """A user-supplied value is wrong; the message names the value."""
 

@@ -12,6 +12,8 @@ Standard library only (the rank client uses it inside training processes).
         ack/            <job uid>:<job gid> 0700
             <node>.<rank>.json                 a rank's acknowledgement (Ack)
             early-<epoch>.decision             rank 0 -> Epilog: the early-release decision (EarlyDecision)
+            timelimit-<epoch>.request          rank 0 or EpilogSlurmctld -> Epilogs: the run stops for its
+                                               time limit, snapshot it (TimeLimitRecord)
         release/        root:<job gid> 0750
             <epoch>     coordinator/Epilog -> ranks   the snapshot is cut: go on (ReleaseRecord)
         cut/            root:<job gid> 0750
@@ -37,7 +39,8 @@ import time
 
 from .errors import BadValueError, PathError
 from .fsio import atomic_write, read_json, write_json
-from .jobrecords import CutRecord, EarlyDecision, JobRecord, ReleaseRecord, RequestRecord, ResumeRecord, check_name
+from .jobrecords import (CutRecord, EarlyDecision, JobRecord, ReleaseRecord, RequestRecord, ResumeRecord,
+                         TimeLimitRecord, check_name)
 
 JOB_FILE = JobRecord.FILE
 REQUEST_FILE = RequestRecord.FILE
@@ -107,6 +110,11 @@ class JobDir:
         the one directory the job's user may write (not a *.json name, so
         no reader of acknowledgements takes it for one)."""
         return os.path.join(self.ack, f"early-{check_name('epoch', epoch)}.decision")
+
+    def timelimit_path(self, epoch: str) -> str:
+        """The time-limit record of an epoch: in ack/ too, since rank 0 writes
+        it (and root, EpilogSlurmctld, when the job reached its limit)."""
+        return os.path.join(self.ack, f"timelimit-{check_name('epoch', epoch)}.request")
 
     # -- creation (root) ------------------------------------------------------
     @staticmethod
@@ -266,3 +274,19 @@ class JobDir:
         path = self.early_path(epoch)
         data = _read(path, owner_uid)
         return None if data is None else EarlyDecision.parse(data, path)
+
+    # -- the time-limit record (rank 0 or EpilogSlurmctld -> the Epilogs) -----------
+    def write_timelimit(self, record: TimeLimitRecord) -> str:
+        """Before the requeue that ends the run (jobrecords/timelimit.py). In
+        ack/, which the job's user owns: root writes through the same
+        no-link temporaries as everywhere here."""
+        if os.geteuid() == 0:
+            return self._write(self.ack, os.path.basename(self.timelimit_path(record.epoch)), record.to_json())
+        return write_json(self.timelimit_path(record.epoch), record.to_json(), mode=0o600)
+
+    def read_timelimit(self, epoch: str, owner_uid: int | None = None) -> TimeLimitRecord | None:
+        """The run's time-limit record; root (the Epilogs) passes the job's
+        user's `owner_uid`, as for read_early (ack/ is that user's)."""
+        path = self.timelimit_path(epoch)
+        data = _read(path, owner_uid)
+        return None if data is None else TimeLimitRecord.parse(data, path)

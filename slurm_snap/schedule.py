@@ -144,9 +144,9 @@ class Runner:
 
     # -- the real side effects ---------------------------------------------------
     def _squeue(self) -> dict[int, int]:
-        from .slurm.commands import running_jobs
+        from .slurm.api import interface
 
-        return running_jobs(timeout=self.cfg.timeouts.slurm_command)
+        return interface().running_jobs(timeout=self.cfg.timeouts.slurm_command)
 
     def _snapshot(self, job_id: int, consistency: str) -> tuple[int, str, str]:
         from .protocol.coordinator import Coordinator

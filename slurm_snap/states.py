@@ -116,7 +116,10 @@ WANT_CRASH = "crash"
 WANTED = (WANT_APP, WANT_CRASH)
 
 # What triggered a set.
-TRIGGERS = ("preempt", "manual", "periodic", "epilog")
+TRIGGERS = ("preempt", "timelimit", "manual", "periodic", "epilog")
+# The sets Slurm's hooks open and cut (no coordinator): the job was preempted,
+# or stopped before its time limit (--snapshot-before-timelimit).
+HOOK_TRIGGERS = ("preempt", "timelimit")
 
 
 def allowed(old: str, new: str, *, late: bool = False) -> bool:

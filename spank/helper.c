@@ -166,6 +166,10 @@ int snap_run_validate(const struct snap_options *o, char *out, size_t out_cap)
 		argv[n++] = "--every";
 		argv[n++] = o->every;
 	}
+	if (o->timelimit) {
+		argv[n++] = "--before-timelimit";
+		argv[n++] = o->timelimit;
+	}
 	argv[n] = NULL;
 
 	if (pipe2(outp, O_CLOEXEC) < 0) {

@@ -37,6 +37,7 @@ enum opt_id {
 	OPT_RESUME_CMD,
 	OPT_INDEPENDENT,
 	OPT_EVERY,
+	OPT_TIMELIMIT,
 	OPT_DRILL,
 };
 
@@ -75,6 +76,11 @@ static struct spank_option options[] = {
 	  "Also snapshot the job's declared volumes every DURATION while it "
 	  "runs (e.g. 30m, 2h; the site may raise it to a partition minimum).",
 	  1, OPT_EVERY, opt_cb },
+	{ "snapshot-before-timelimit", "MARGIN",
+	  "Checkpoint, snapshot and requeue the job at least MARGIN (e.g. 5m, "
+	  "90s) before its time limit (the site's cli_filter asks Slurm for "
+	  "the signal; give no --signal of your own).",
+	  1, OPT_TIMELIMIT, opt_cb },
 	{ "snapshot-drill", "TEST",
 	  "slurm-snap's own: marks the Slurm job a restore drill submits "
 	  "(its Prolog prepares the drilled set on the node).",
@@ -116,6 +122,8 @@ static int opt_cb(int val, const char *optarg, int remote)
 		return 0;
 	case OPT_EVERY:
 		return set_string(&ctx.every, optarg);
+	case OPT_TIMELIMIT:
+		return set_string(&ctx.timelimit, optarg);
 	case OPT_DRILL:
 		return set_string(&ctx.drill, optarg);
 	}
@@ -204,7 +212,7 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
 	(void) ac;
 	(void) av;
-	return spank_remote(sp) == 1 && !snap_version_mismatch() ? snap_remote_user_init(sp) : 0;
+	return spank_remote(sp) == 1 && !snap_version_mismatch() ? snap_remote_user_init(sp, ctx.helper) : 0;
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
@@ -223,7 +231,9 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	free(ctx.consistency);
 	free(ctx.resume_cmd);
 	free(ctx.every);
+	free(ctx.timelimit);
 	free(ctx.drill);
-	ctx.volumes = ctx.consistency = ctx.resume_cmd = ctx.every = ctx.drill = NULL;
+	ctx.volumes = ctx.consistency = ctx.resume_cmd = ctx.every = NULL;
+	ctx.timelimit = ctx.drill = NULL;
 	return 0;
 }

@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from realcomponents import in_ci, mariadb_url, pg_url, require  # noqa: E402,F401
 
 
-_TEST_RUN_CHOICES = frozenset({"SLURM_SNAP_SLURM", "SLURM_SNAP_VENV", "SLURM_SNAP_LONG", "SLURM_SNAP_FIGURES"})
+_TEST_RUN_CHOICES = frozenset({"SLURM_SNAP_SLURM", "SLURM_SNAP_SLURM_PREFIX", "SLURM_SNAP_VENV",
+                               "SLURM_SNAP_LONG", "SLURM_SNAP_FIGURES"})
 
 
 def pytest_collection_modifyitems(config, items):

@@ -28,6 +28,7 @@ COMMANDS = {
     "repair": "repair_cmd",
     "report": "report_cmd",
     "restore-test": "restore_test_cmd",
+    "resume-path": "resume_path_cmd",
     "schedule": "schedule_cmd",
     "serve": "serve_cmd",
     "show": "show_cmd",

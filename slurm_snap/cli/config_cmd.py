@@ -95,14 +95,17 @@ def get(ctx, key):
 
 @command.command("cli-filter")
 @click.argument("template", type=click.File("r", encoding="utf-8"))
+@click.option("--expedite", is_flag=True,
+              help="Also ask for --requeue=expedite (Slurm 25.11+ with SlurmctldParameters=enable_expedited_requeue; "
+                   "Slurm refuses the job without that setting).")
 @click.pass_obj
-def cli_filter(ctx, template):
+def cli_filter(ctx, template, expedite):
     """Print TEMPLATE (etc/cli_filter.lua) with the signal and its time from
     [protocol] checkpoint_signal and grace: the install step writes
     cli_filter.lua with this, so the configuration stays their one source."""
     from ..slurm import clifilter
 
-    click.echo(clifilter.render(template.read(), config_mod.load(ctx.config_path)), nl=False)
+    click.echo(clifilter.render(template.read(), config_mod.load(ctx.config_path), expedite=expedite), nl=False)
 
 
 @command.command("man")

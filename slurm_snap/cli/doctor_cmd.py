@@ -13,7 +13,7 @@ import click
 
 from .. import errors
 from ..doctor import probes, security_checks, site_checks, slurm_checks
-from ..slurm import commands
+from ..slurm import api as slurm_api, clifilter, commands
 
 GRACE_DAYS = 30
 
@@ -85,10 +85,15 @@ def _slurm_checks(ctx, cfg, slurm, parts):
     findings = slurm_checks.check_slurm(cfg, slurm, parts,
                                         probes.read_text(slurm.get("PlugStackConfig", "/etc/slurm/plugstack.conf")),
                                         hooks)
+    expedites = None
     if "lua" in slurm.get("CliFilterPlugins", "").lower():
         # Slurm reads the cli_filter.lua beside slurm.conf.
         path = os.path.join(os.path.dirname(slurm.get("SLURM_CONF", "/etc/slurm/slurm.conf")), "cli_filter.lua")
-        findings += slurm_checks.check_cli_filter(cfg, path, probes.read_text(path))
+        text = probes.read_text(path)
+        findings += slurm_checks.check_cli_filter(cfg, path, text)
+        expedites = None if text is None else clifilter.expedites(text)
+    findings += slurm_checks.check_requeue(slurm, expedites)
+    findings.append(slurm_checks.check_slurm_api(slurm_api.chosen(), slurm_checks.running_version(slurm)))
     if not cfg.via_service:
         findings += _grace_observed(ctx, cfg, parts)
     if cfg.service.listen:

@@ -22,10 +22,10 @@ def _fmt_time(t: dt.datetime | None, tz: dt.tzinfo | None) -> str:
 def _live_jobs(cfg) -> frozenset | None:
     """The jobs running now (one squeue): their newest verified set is never
     pruned. None when Slurm cannot say: every job is then treated as running."""
-    from ..slurm.commands import running_jobs
+    from ..slurm.api import interface
 
     try:
-        return frozenset(running_jobs(timeout=cfg.timeouts.slurm_command))
+        return frozenset(interface().running_jobs(timeout=cfg.timeouts.slurm_command))
     except errors.SnapError as exc:
         click.echo(f"slurm-snap: cannot tell which jobs run ({exc}); every job's newest verified set is kept",
                    err=True)

@@ -29,7 +29,8 @@ def caller_and_clock(ctx) -> tuple[access.Caller, dt.datetime, dt.tzinfo | None]
 
 @click.command("report")
 @click.option("-j", "--jobs", multiple=True, metavar="JOB[,JOB.RESTART...]",
-              help="Only these jobs (all time unless -S); repeatable, as in sacct.")
+              help="Only these jobs (all time unless -S); repeatable, as in sacct. A SLUID (Slurm 25.11+) "
+                   "selects the run it names, as JOB.RESTART does.")
 @click.option("-u", "--user", "--uid", "users", multiple=True, metavar="USER|UID[,...]",
               help="Only these users, by name or UID (operators only for others); repeatable.")
 @click.option("-r", "--partition", "partitions", multiple=True, metavar="PART[,PART...]",

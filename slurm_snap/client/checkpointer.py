@@ -14,7 +14,8 @@
 With a torch.distributed process group, decide() is one step agreement
 across the job (client/agree.py); without one, each rank decides alone.
 A checkpoint signal is a request only with a reason (client/reason.py: a
-current request.json, or Slurm's PreemptTime); in a lockstep job rank 0
+current request.json, Slurm's PreemptTime, or the time limit near for a job
+that asked for --snapshot-before-timelimit); in a lockstep job rank 0
 gives the verdict and the agreement carries it, so a stray signal costs the
 ranks nothing and no rank waits for a release nobody sends.
 
@@ -34,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import slurm_snap.client.checkpoint_dir as checkpoint_dir
 import slurm_snap.client.early as early
 import slurm_snap.client.reason as reason
 import slurm_snap.client.slurmenv as slurmenv
@@ -115,8 +117,11 @@ class Checkpointer:
         if lockstep and self.independent:
             raise BadValueError(what="lockstep", value=lockstep, why="a job cannot be both lockstep and independent")
         self._lockstep = lockstep
-        # Rank 0 requeues a preempted job once every rank acknowledged (client/early.py).
+        # Rank 0 requeues a preempted job once every rank acknowledged (client/early.py),
+        # and a job that asked to be snapshot before its time limit.
         self.early_release = _env_bool(env, early.ENV) if early_release is None else bool(early_release)
+        margin = slurmenv.int_from_env(early.TIMELIMIT_ENV, env)
+        self.timelimit_margin = margin if margin else None
         self._early: early.EarlyRelease | None = None
         self._group = group
         self._agreement_timeout = agreement_timeout
@@ -263,7 +268,8 @@ class Checkpointer:
             if flag.pending and flag.signum == signal.SIGTERM:
                 v = VERDICT_GO
             else:
-                why = reason.checkpoint_reason(self.jobdir if self.enabled else None)
+                why = reason.checkpoint_reason(self.jobdir if self.enabled else None,
+                                               margin=self.timelimit_margin)
                 v = VERDICT_STRAY if why == reason.STRAY else VERDICT_GO
             self._verdict = (flag.requests, v)
         return self._verdict[1]
@@ -429,11 +435,13 @@ class Checkpointer:
         return None if wall is None else datetime.fromtimestamp(wall, timezone.utc)
 
     def _maybe_release_early(self, epoch: str) -> None:
-        if (self.early_release and self.rank == 0 and self.world_size and self._early is None
-                and is_preempt_epoch(epoch)):
+        if ((self.early_release or self.timelimit_margin) and self.rank == 0 and self.world_size
+                and self._early is None and is_preempt_epoch(epoch)):
             # Until Slurm's own kill ends this process, whatever GraceTime is.
             self._early = early.EarlyRelease(self.jobdir, epoch, self.world_size,
-                                             deadline=time.monotonic() + 7 * 86400).start()
+                                             deadline=time.monotonic() + 7 * 86400,
+                                             early_release=self.early_release,
+                                             margin=self.timelimit_margin).start()
 
     def commit_async(self, step: int, future, files: Iterable | Callable[[], Iterable], **kwargs) -> None:
         """commit() once `future` (e.g. torch.distributed.checkpoint.async_save's)
@@ -488,6 +496,13 @@ class Checkpointer:
             self._epoch = None
         return released
 
+    def _served_alone(self) -> None:
+        """The request was served with nobody to release it (outside slurm-snap:
+        the framework callbacks checkpoint on the signal anyway): it is done,
+        so the next step does not checkpoint again."""
+        self._flag.clear(self._serving or self._flag.requests, after_preempt=False)
+        self._epoch = None
+
     def _wait_release(self, epoch: str, timeout: float, use_inotify: bool) -> bool:
         return wait_for_path(self.release_path(epoch), float(timeout),
                              should_abort=lambda: self._flag.terminating, use_inotify=use_inotify)
@@ -501,6 +516,18 @@ class Checkpointer:
             return None
         resume = self.jobdir.read_resume()
         return None if resume is None else resume.to_json()
+
+    def checkpoint_dir(self, subdir: str = "ckpt") -> str:
+        """Where a framework callback keeps its checkpoints: `subdir` of the
+        first shared volume the job declared (client/checkpoint_dir.py);
+        CheckpointDirError naming why when none can hold them; the working
+        directory outside slurm-snap."""
+        return checkpoint_dir.choose(self.jobdir.read_job() if self.enabled else None, self.job_id, subdir,
+                                     self._env)
+
+    def covers(self, path: str) -> bool:
+        """`path` is inside a volume the job declared (so the snapshot holds it)."""
+        return checkpoint_dir.covered(self.jobdir.read_job() if self.enabled else None, self.node, path)
 
     def volume_path(self, class_name: str) -> str:
         """Path of a declared volume class for this node, from job.json."""

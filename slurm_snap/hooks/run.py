@@ -29,7 +29,7 @@ class _LazyInventory:
 
 def run_named(config_path: str | None, name: str) -> int:
     from ..slurm.jobenv import from_environ
-    from .jobhooks import DRILL_HOOKS, HOOKS
+    from .jobhooks import HOOKS
     from .policy import run_hook
 
     if name not in HOOKS:
@@ -51,7 +51,11 @@ def run_named(config_path: str | None, name: str) -> int:
             return "job did not opt in"
         state["inv"] = _LazyInventory(cfg)
         try:
-            return (DRILL_HOOKS if job.drill is not None else HOOKS)[name](cfg, state["inv"], job)
+            if job.drill is not None:
+                from .drillhooks import DRILL_HOOKS
+
+                return DRILL_HOOKS[name](cfg, state["inv"], job)
+            return HOOKS[name](cfg, state["inv"], job)
         except errors.VolumesRefused as exc:
             state["recorded"] = exc.recorded
             raise

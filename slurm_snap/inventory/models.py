@@ -82,6 +82,10 @@ class JobRun(Base):
     # Seconds between periodic snapshots (migration 0009): --snapshot-every or
     # the partition's default, never under its minimum; None: none taken.
     snapshot_every: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    # Slurm's SLUID of this run (25.11+, migration 0012): unique on the
+    # cluster even after job ids wrap; a requeued run has its own; None before
+    # 25.11.
+    sluid: Mapped[str | None] = mapped_column(String(14), nullable=True, default=None, index=True)
 
     volumes: Mapped[list["Volume"]] = relationship(back_populates="job_run", cascade="all, delete-orphan",
                                                    order_by="Volume.id")
@@ -156,7 +160,8 @@ class SnapshotSet(Base):
     finished_at: Mapped[utc_opt]
     verified_at: Mapped[utc_opt]
     # A preemption's nodes given back: rank 0's early requeue ("early") or
-    # Slurm's kill at the end of GraceTime ("grace"); None for other triggers.
+    # Slurm's kill at the end of GraceTime ("grace"), or the time limit
+    # ("limit", a time-limit set Slurm ended there); None for other triggers.
     released_at: Mapped[utc_opt]
     release: Mapped[str] = mapped_column(String(16), default="", server_default="")
     skew_seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
@@ -275,7 +280,7 @@ class RestoreTest(Base):
     time_to_first_step: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     slurm_job_id: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
-    # A drill run as a Slurm job (migration 0012): when it was submitted, how
+    # A drill run as a Slurm job (migration 0013): when it was submitted, how
     # long it waited before the program started (queue and the nodes' Prologs,
     # apart from time_to_first_step, which the node measures from the
     # program's start) and the node the program started on.
@@ -288,7 +293,7 @@ class RestoreTest(Base):
 
 
 class RestoreNode(Base):
-    """One node of a drill run as a Slurm job (migration 0012): its Prolog
+    """One node of a drill run as a Slurm job (migration 0013): its Prolog
     clones the node-local parts that node holds, its Epilog removes them,
     and each reports here (through the service on a node), so the drill on
     the controller learns what happened on the node without reaching it."""
@@ -318,7 +323,7 @@ class RestoreNode(Base):
 
 
 class NodeTask(Base):
-    """Work on a node's own disk that no job rides on (migration 0012),
+    """Work on a node's own disk that no job rides on (migration 0013),
     pulled by that node's agent (nodetasks/): delete a node-local part or a
     copy (prune); send or receive a part between two nodes (partner copies),
     the two halves linked by pair_id."""

@@ -1,4 +1,4 @@
-"""Node tasks (node_task, migration 0012): work on a node's own disk that
+"""Node tasks (node_task, migration 0013): work on a node's own disk that
 its agent pulls from the service (slurm_snap/nodetasks): deletes of
 node-local parts and copies for prune, the two halves of a partner copy."""
 from __future__ import annotations

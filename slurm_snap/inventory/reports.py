@@ -30,7 +30,7 @@ class ReportQueries:
         result on top of what the caller keeps.
         """
         cols = [SnapshotSet.id.label("set_id"), SnapshotSet.job_id, JobRun.restart_count,
-                SnapshotSet.user_name, JobRun.partition, JobRun.nodes, JobRun.snapshot_every,
+                SnapshotSet.user_name, JobRun.partition, JobRun.nodes, JobRun.snapshot_every, JobRun.sluid,
                 SnapshotSet.epoch, SnapshotSet.trigger,
                 SnapshotSet.wanted, SnapshotSet.consistency, SnapshotSet.parts_consistency, SnapshotSet.state,
                 SnapshotSet.reason,

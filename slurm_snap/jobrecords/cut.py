@@ -3,7 +3,9 @@ node's Epilog cut for a preemption, written beside the acknowledgements on
 the shared filesystem. The same parts go to the node's spool
 (spool.records.SpoolEntry) for the inventory; this copy is for the requeued
 run's head node, whose Prolog judges the preempted run's set from the files
-alone (protocol.resume.resume_from_files) when the service cannot be asked."""
+alone (protocol.resume.resume_from_files) when the service cannot be asked.
+A job stopped before its time limit (--snapshot-before-timelimit) is cut the
+same way; its records say so (`trigger`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,6 +15,7 @@ from .fields import Fields, check_name, iso
 from .job import JobRecord
 
 PART_STATES = ("CUT", "MISSING")   # states.PART_CUT, states.PART_MISSING (stdlib only here)
+HOOK_TRIGGERS = ("preempt", "timelimit")   # states.HOOK_TRIGGERS: what the Epilogs cut for
 _PART_FIELDS = ("volume_class", "scope", "node", "path", "backend", "name", "ref", "snapshot_path",
                 "cut_started_at", "cut_at", "state", "error", "shared_key", "manifest_ok", "site", "region")
 
@@ -92,7 +95,9 @@ class CutRecord:
     request's lower bound it knew (Unix seconds, None: unknown), and the
     preempted run's job.json as the Epilog read it (`job`): the requeued
     run's Prologs write their own job.json, each node's at its own moment,
-    so the run that was preempted is described here, where nothing replaces it."""
+    so the run that was preempted is described here, where nothing replaces it.
+    `trigger` is the set's (HOOK_TRIGGERS): "timelimit" when the run stopped
+    before its time limit."""
 
     epoch: str
     node: str
@@ -100,24 +105,31 @@ class CutRecord:
     set_id: int | None = None
     preempt_time: float | None = None
     job: JobRecord | None = None
+    trigger: str = "preempt"
 
     FILE = "cut"
 
     def to_json(self) -> dict:
         return {"epoch": check_name("epoch", self.epoch), "node": check_name("node name", self.node),
                 "parts": [p.to_json() for p in self.parts], "set_id": self.set_id,
-                "preempt_time": self.preempt_time, "job": None if self.job is None else self.job.to_json()}
+                "preempt_time": self.preempt_time, "job": None if self.job is None else self.job.to_json(),
+                # Named only when not the default, which an older reader
+                # (a node not yet upgraded) still parses.
+                **({} if self.trigger == "preempt" else {"trigger": self.trigger})}
 
     @classmethod
     def parse(cls, data, source: str = "") -> "CutRecord":
         f = Fields("cut record", data, source)
-        f.only(("epoch", "node", "parts", "set_id", "preempt_time", "job"))
+        f.only(("epoch", "node", "parts", "set_id", "preempt_time", "job", "trigger"))
         parts = f.get("parts")
         if not isinstance(parts, list):
             raise f.bad("parts", parts, "expected a list")
+        trigger = f.get("trigger", "preempt")
+        if trigger not in HOOK_TRIGGERS:
+            raise f.bad("trigger", trigger, f"expected one of {', '.join(HOOK_TRIGGERS)}")
         set_id, at, job = f.get("set_id", None), f.get("preempt_time", None), f.get("job", None)
         return cls(epoch=f.name("epoch", f.get("epoch"), "epoch"), node=f.name("node", f.get("node"), "node name"),
                    parts=tuple(CutPart.parse(p, f"{source} parts[{i}]") for i, p in enumerate(parts)),
                    set_id=None if set_id is None else f.integer("set_id", set_id),
                    preempt_time=None if at is None else f.number("preempt_time", at),
-                   job=None if job is None else JobRecord.parse(job, source))
+                   job=None if job is None else JobRecord.parse(job, source), trigger=trigger)

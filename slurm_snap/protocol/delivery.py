@@ -1,6 +1,7 @@
 """A node's spool entry into the inventory: what one node's Epilog cut for a
-preemption (spool.records.SpoolEntry), recorded by the controller whether
-the Epilog delivers it at once or the node agent delivers it later.
+preemption or before the time limit (spool.records.SpoolEntry), recorded by
+the controller whether the Epilog delivers it at once or the node agent
+delivers it later.
 
 Idempotent: an acknowledgement or a part already recorded is kept (an
 acknowledgement keeps its earliest sighting). The set is found by its id, or
@@ -38,6 +39,15 @@ def snapshot_record(volume_id: int, p: CutPart) -> SnapshotRecord:
                           node=p.node, cut_started_at=p.cut_started_at, cut_at=p.cut_at, state=p.state,
                           error=p.error, site=p.site, region=p.region, shared_key=p.shared_key,
                           manifest_ok=p.manifest_ok)
+
+
+def cut_part(volume, p: SnapshotRecord) -> CutPart:
+    """snapshot_record's inverse: a part named by its volume (a VolumeRecord
+    or the inventory's row: class, scope, node, live path) instead of its id."""
+    return CutPart(volume_class=volume.volume_class, scope=volume.scope, node=volume.node or "", path=volume.path,
+                   backend=p.backend, name=p.name, ref=p.ref, snapshot_path=p.path, cut_started_at=p.cut_started_at,
+                   cut_at=p.cut_at, state=p.state, error=p.error, shared_key=p.shared_key,
+                   manifest_ok=p.manifest_ok, site=p.site, region=p.region)
 
 
 def _record_run(cfg, repo, entry: SpoolEntry):
@@ -81,8 +91,9 @@ def deliver(cfg, inv, entry: SpoolEntry, *, clock=utcnow) -> Delivered:
                                         f"{entry.job_id}'s {entry.epoch}")
         else:
             run = repo.find_job_run(entry.job_id, entry.restart_count) or _record_run(cfg, repo, entry)
+            # The entry's trigger: a time-limit set delivered late is still one.
             _run, opened, _created = open_set(repo, cfg, entry.job_id, entry.restart_count,
-                                              preempt_time=t_pre, now=clock(), run=run)
+                                              preempt_time=t_pre, now=clock(), run=run, trigger=entry.trigger)
             st = repo.get_set(opened.id, lock=True)
         set_id = st.id
         rows = {(v.node or "", v.path): v.id for v in repo.volumes(st.job_run)}
@@ -114,7 +125,7 @@ def deliver(cfg, inv, entry: SpoolEntry, *, clock=utcnow) -> Delivered:
         if entry.early is not None:
             repo.event("preempt", early_text(entry.early, st.requested_at), job_id=entry.job_id, set_id=set_id,
                        node=node)
-        released = release_of(entry.early, t_kill or t_pre)
+        released = release_of(entry.early, t_kill or t_pre, st.trigger)
         # Rank 0's requeue, when it happened, is the release; Slurm's kill
         # at the end of GraceTime only when nothing earlier was recorded
         # (the head node, which reads rank 0's decision, may record last).

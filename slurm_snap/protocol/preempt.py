@@ -25,6 +25,11 @@ ranks acknowledge epoch `preempt-<restart count of the running run>`. Then:
                    node-local parts to the nodes the ranks now run on
                    (protocol.resume, protocol.nodelocal).
 
+A job that asked for --snapshot-before-timelimit and stopped before its
+time limit takes the same path; its set's trigger is "timelimit"
+(hooks.jobhooks says which), carried to the inventory by every record of
+the cut: the set's opening, the spool entry and the cut record.
+
 Preemption sets have no owner process (many hooks on many hosts take turns):
 their deadline is what tells serve's sweeper (and repair) they are
 abandoned. What a hook records goes through protocol/recorder.py (in this
@@ -41,13 +46,14 @@ import typing
 from ..clock import utcnow
 from ..errors import INVENTORY, BadValueError, SnapError, SpoolError
 from ..jobdir import JobDir
-from ..jobrecords import (PREEMPT_PREFIX, CutPart, CutRecord, JobRecord, ReleaseRecord, ResumeRecord, VolumeRecord,
-                          preempt_epoch)
+from ..jobrecords import (CutPart, CutRecord, JobRecord, ReleaseRecord, ResumeRecord, VolumeRecord,
+                          preempt_epoch, preempt_restart)
 from ..spool.outbox import Outbox
 from ..spool.records import SpoolEntry
 from .. import states as S
 from .barrier import AckCollector
 from .cutter import CutResult, assign_manifests, cut_all, preempt_names
+from .delivery import cut_part
 from .preemptset import as_time, open_set
 from .recorder import LocalRecorder, recorder_for
 
@@ -60,17 +66,20 @@ class Marked(typing.NamedTuple):
     state: str
 
 
-def epilogslurmctld_mark(cfg, inventory, job, preempt_time, *, clock=utcnow) -> Marked:
-    """Open the preemption set (QUIESCING, requested at PreemptTime); idempotent."""
+def epilogslurmctld_mark(cfg, inventory, job, preempt_time, *, clock=utcnow, trigger: str = "preempt") -> Marked:
+    """Open the preemption (or time-limit) set (QUIESCING, requested at the
+    request's lower bound); idempotent."""
     t = as_time(preempt_time) or clock()
     with inventory.session() as repo:
-        run, st, created = open_set(repo, cfg, job.job_id, job.restart_count, preempt_time=t, now=clock())
+        run, st, created = open_set(repo, cfg, job.job_id, job.restart_count, preempt_time=t, now=clock(),
+                                    trigger=trigger)
         if st.state == S.PENDING:
             repo.transition(st.id, S.QUIESCING, at=t)
         # Under load the node Epilogs may have opened (even finalized) it first.
         # t is a lower bound (PreemptTime less GraceTime and a slack): say so;
         # the ranks' acknowledgements replace it with when the signal came.
-        repo.event("preempt", f"set {st.id} ({st.epoch}) opened at preemption, requested no earlier than "
+        at = "preemption" if trigger == "preempt" else "its time limit"
+        repo.event("preempt", f"set {st.id} ({st.epoch}) opened at {at}, requested no earlier than "
                    f"{t:%Y-%m-%dT%H:%M:%SZ}"
                    + ("" if created else f" (already {st.state}: opened by a node Epilog)"),
                    job_id=job.job_id, set_id=st.id)
@@ -114,7 +123,7 @@ class _Share:
 
 
 def _from_inventory(opened) -> _Share:
-    return _Share(set_id=opened.set_id, restart_count=int(opened.epoch[len(PREEMPT_PREFIX):]), uid=opened.uid,
+    return _Share(set_id=opened.set_id, restart_count=preempt_restart(opened.epoch), uid=opened.uid,
                   nodes=tuple(opened.nodes), volumes=tuple(opened.volumes))
 
 
@@ -138,15 +147,11 @@ def _from_job_file(cfg, job, known: JobRecord, refusal) -> _Share:
 
 
 def _cut_part(r: CutResult) -> CutPart:
-    p, v = r.record(), r.volume
-    return CutPart(volume_class=v.volume_class, scope=v.scope, node=v.node, path=v.path, backend=p.backend,
-                       name=p.name, ref=p.ref, snapshot_path=p.path, cut_started_at=p.cut_started_at, cut_at=p.cut_at,
-                       state=p.state, error=p.error, shared_key=p.shared_key, manifest_ok=p.manifest_ok, site=p.site,
-                       region=p.region)
+    return cut_part(r.volume, r.record())
 
 
 def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=utcnow, backend_for=None,
-               hook=None, remaining: float | None = None, refusal=None) -> str:
+               hook=None, remaining: float | None = None, refusal=None, trigger: str = "preempt") -> str:
     """One node's share of the preemption set. Returns a one-line summary.
 
     `preempt_time` is the request's lower bound (PreemptTime less GraceTime
@@ -162,7 +167,12 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
     Without the inventory (the service or the database does not answer) the
     node cuts what job.json says is its share, each volume checked again by
     `refusal(volume) -> why` (the Prolog's check), and keeps the entry in
-    its spool for the node agent."""
+    its spool for the node agent.
+
+    `trigger` is the set's: "preempt", or "timelimit" when the job stopped
+    before its time limit (--snapshot-before-timelimit; then `killed_at` is
+    when it stopped). It travels in the spool entry and the cut record, so
+    a time-limit set is one however late its parts are delivered."""
     deadline = time.monotonic() + (cfg.timeouts.hook_budget if remaining is None else remaining)
     hook = hook or (lambda phase: None)
     rec = recorder_for(cfg, inventory)
@@ -182,7 +192,10 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
     offline = ""
     try:
         opened = rec.open(job_id=job.job_id, restart_count=job.restart_count, node=node,
-                          nodes=list(job.nodes or []), preempt_time=t_pre.timestamp() if t_pre else None)
+                          nodes=list(job.nodes or []), preempt_time=t_pre.timestamp() if t_pre else None,
+                          # Named only when it is not the default, which a
+                          # service older than this option still answers.
+                          **({} if trigger == "preempt" else {"trigger": trigger}))
     except SnapError as exc:
         if not away(exc):
             raise
@@ -233,7 +246,7 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
         _write_cut_record(dirs, CutRecord(epoch=epoch, node=node, parts=parts, set_id=set_id,
                                           preempt_time=t_pre.timestamp() if t_pre else None,
                                           job=known if known is not None and known.restart_count == share.restart_count
-                                          else None))
+                                          else None, trigger=trigger))
         entry = SpoolEntry(job_id=job.job_id, restart_count=share.restart_count, node=node, nodes=tuple(nodes),
                            uid=share.uid, written_at=clock(), parts=parts,
                            acks=tuple(unrecorded), set_id=set_id,
@@ -242,7 +255,7 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
                            early=_early_decision(dirs, epoch, share.uid) if node == head else None, offline=offline,
                            job=known if known is not None and known.restart_count == share.restart_count else None,
                            partition=getattr(job, "partition", "") or "",
-                           options=job.options() if hasattr(job, "options") else {})
+                           options=job.options() if hasattr(job, "options") else {}, trigger=trigger)
         out = _keep_and_deliver(cfg, rec, entry)
         hook("record")
         return out
@@ -302,9 +315,11 @@ def ranks_saw_preemption(cfg, job) -> str:
     restarting, or this node cut off from the controller): every local rank
     acknowledged this run's preemption epoch (job.json's restart count). A
     rank checkpoints for that epoch only when its job saw the signal with no
-    request and Slurm showed rank 0 a PreemptTime (client: a stray signal is
-    no checkpoint), so the files are the preemption's trace on the shared
-    filesystem. Returns a sentence saying so, or "" when they do not."""
+    request and Slurm showed rank 0 a PreemptTime, or the job asked for
+    --snapshot-before-timelimit and its time limit was near (client/reason.py:
+    a stray signal is no checkpoint), so the files are the stop's trace on
+    the shared filesystem (hooks.jobhooks tells which of the two). Returns a
+    sentence saying so, or "" when they do not."""
     jobdir = JobDir(cfg.paths.barrier_dir, job.job_id)
     known = _job_file(jobdir)
     if known is None or not os.path.isdir(jobdir.ack):

@@ -1,14 +1,17 @@
 """A preemption set's opening and its times, shared by the hooks' gateway
 (protocol/recorder.py) and the delivery of a node's spool entry
 (protocol/delivery.py): which run was preempted, the set opened once for
-it, the request time the ranks observed, and when the nodes came back."""
+it, the request time the ranks observed, and when the nodes came back.
+A job stopped before its time limit (--snapshot-before-timelimit) gets the
+same kind of set, trigger "timelimit" (states.HOOK_TRIGGERS), under the
+same epoch rule."""
 from __future__ import annotations
 
 import datetime as dt
 
 from .. import states as S
 from ..clock import aware
-from ..errors import NotFound
+from ..errors import BadValueError, NotFound
 from ..jobrecords import EarlyDecision, preempt_epoch
 
 # Not host:pid: no single process owns a preemption set.
@@ -53,14 +56,17 @@ def _preempted_run(repo, job_id: int, restart_count: int, preempt_time: dt.datet
 
 
 def open_set(repo, cfg, job_id: int, restart_count: int, *, preempt_time: dt.datetime | None, now: dt.datetime,
-             run=None):
-    """(run, set, created): the preemption set of the preempted run (`run`,
-    or the one the hook's restart count points at), opened if no hook has yet."""
+             run=None, trigger: str = "preempt"):
+    """(run, set, created): the preemption (or time-limit: `trigger`) set of
+    the run that ended (`run`, or the one the hook's restart count points
+    at), opened if no hook has yet. The first opener's trigger stays."""
+    if trigger not in S.HOOK_TRIGGERS:
+        raise BadValueError(what="trigger", value=trigger, why=f"the hooks open {' or '.join(S.HOOK_TRIGGERS)} sets")
     run = run or _preempted_run(repo, job_id, restart_count, preempt_time)
     # Unknown preemption time: the run's start is the honest lower bound for
     # "acknowledged after the request".
     requested = preempt_time or run.created_at
-    st, created = repo.create_set(run, epoch=preempt_epoch(run.restart_count), trigger="preempt",
+    st, created = repo.create_set(run, epoch=preempt_epoch(run.restart_count), trigger=trigger,
                                   wanted=_wanted(run), deadline=_deadline(cfg, now), owner=PREEMPT_OWNER,
                                   requested_at=requested)
     if not created and preempt_time is not None and st.state in S.ACTIVE \
@@ -91,14 +97,16 @@ def early_text(early: EarlyDecision, requested_at: dt.datetime | None) -> str:
     return f"not released early ({early.decision}): {why}"
 
 
-def release_of(early: EarlyDecision | None, preempt_time: dt.datetime | None) -> tuple[dt.datetime, str] | None:
+def release_of(early: EarlyDecision | None, preempt_time: dt.datetime | None,
+               trigger: str = "preempt") -> tuple[dt.datetime, str] | None:
     """When and how the preempted job gave its nodes back: rank 0's requeue
     (jobrecords.EARLY_RELEASED), else Slurm's PreemptTime, which the Epilogs
-    see as the kill at the end of GraceTime."""
+    see as the kill at the end of GraceTime; for a time-limit set, the time
+    limit ("limit": Slurm ended the job there)."""
     if early is not None and early.released:
         return as_time(early.at), "early"
     if preempt_time is not None:
-        return preempt_time, "grace"
+        return preempt_time, ("limit" if trigger == "timelimit" else "grace")
     return None
 
 

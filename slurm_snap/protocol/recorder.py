@@ -27,12 +27,14 @@ import dataclasses
 
 from .. import states as S
 from ..clock import utcnow
-from ..inventory.records import Refusal
-from ..jobrecords import Ack, VolumeRecord
+from ..errors import BadValueError
+from ..inventory.records import Refusal, SnapshotRecord
+from ..jobrecords import Ack, EarlyDecision, VolumeRecord, preempt_restart
 from ..spool.records import SpoolEntry
-from .delivery import Delivered, deliver
+from .delivery import Delivered, cut_part, deliver
 from .preemptset import as_time, observed_times, open_set
 from .resume import ResumePoint, resume_point
+
 
 @dataclasses.dataclass(frozen=True)
 class OpenedSet:
@@ -75,10 +77,10 @@ class LocalRecorder:
         self.cfg, self.inv, self.clock = cfg, inventory, clock
 
     def open(self, *, job_id: int, restart_count: int, node: str, nodes: list[str],
-             preempt_time: float | None) -> OpenedSet:
+             preempt_time: float | None, trigger: str = "preempt") -> OpenedSet:
         with self.inv.session() as repo:
             run, st, _ = open_set(repo, self.cfg, job_id, restart_count, preempt_time=as_time(preempt_time),
-                                  now=self.clock())
+                                  now=self.clock(), trigger=trigger)
             return OpenedSet(set_id=st.id, epoch=st.epoch, state=st.state, nodes=tuple(run.nodes or nodes or [node]),
                              volumes=tuple(VolumeRecord.of(v) for v in repo.volumes(run)), uid=run.uid)
 
@@ -111,6 +113,29 @@ class LocalRecorder:
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+    def record(self, *, set_id: int, job_id: int, node: str, parts: list[SnapshotRecord], preempt_known: bool,
+               early: EarlyDecision | None = None, preempt_time: float | None = None) -> str:
+        """A node still on the version before the spool (docs/upgrade.md:
+        nodes may lag the controller by a version) records its parts of an
+        open set this way: the same delivery as a spool entry's, its parts
+        named by the volume rows the set's run holds."""
+        with self.inv.session() as repo:
+            st = repo.get_set(set_id)
+            run = st.job_run
+            by_id = {v.id: v for v in repo.volumes(run)}
+            cut = []
+            for p in parts:
+                v = by_id.get(p.volume_id)
+                if v is None:
+                    raise BadValueError(what="part field 'volume_id'", value=p.volume_id,
+                                        why=f"not a volume of set {set_id}'s job run")
+                cut.append(cut_part(v, p))
+            restart = preempt_restart(st.epoch)
+            entry = SpoolEntry(job_id=job_id, restart_count=run.restart_count if restart is None else restart, node=node,
+                               nodes=tuple(run.nodes or [node]), uid=run.uid, written_at=self.clock(),
+                               parts=tuple(cut), set_id=set_id, killed_at=preempt_time, early=early)
+        return self.deliver(entry=entry).summary
 
     def resume_point(self, *, job_id: int, nodes: list[str] | None = None, restart_count: int | None = None,
                      budget: float | None = None) -> ResumePoint | None:
@@ -191,7 +216,9 @@ def recorder_for(cfg, inventory):
 
 
 # What the service runs for nodes (root only): the LocalRecorder's methods.
+# "preempt-record": nodes on the version before the spool (LocalRecorder.record).
 OPS_METHODS = {"preempt-open": "open", "preempt-cutting": "cutting", "preempt-deliver": "deliver",
+               "preempt-record": "record",
                "resume-point": "resume_point", "hook-failed": "hook_failed", "volume-refused": "refused"}
 
 

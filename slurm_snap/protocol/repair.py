@@ -35,7 +35,7 @@ from ..errors import SnapError
 from ..jobdir import JobDir
 from . import finalize, nodeloss, owner
 from .. import states as S
-from ..jobrecords import PREEMPT_PREFIX, ReleaseRecord, VolumeRecord
+from ..jobrecords import ReleaseRecord, VolumeRecord, preempt_restart
 from .cutter import part_name, snapshot_name
 from .repairaction import RepairAction
 
@@ -102,9 +102,9 @@ def sweep(cfg, inventory, *, clock=utcnow) -> list[RepairAction]:
 
 def _part_name(st_info, v: VolumeRecord) -> str:
     """The name this set's part of `v` has (or would have) on its backend."""
-    epoch = st_info["epoch"]
-    if st_info["trigger"] == "preempt" and epoch.startswith(PREEMPT_PREFIX) and epoch[len(PREEMPT_PREFIX):].isdigit():
-        return part_name(st_info["job_id"], int(epoch[len(PREEMPT_PREFIX):]), v.node, v.path)
+    restart = preempt_restart(st_info["epoch"])
+    if st_info["trigger"] in S.HOOK_TRIGGERS and restart is not None:
+        return part_name(st_info["job_id"], restart, v.node, v.path)
     return snapshot_name(st_info["job_id"], st_info["id"], v.id)
 
 
@@ -141,7 +141,7 @@ def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, 
         orphans, errs = _find_orphans(info, volumes, recorded_cut, backend_for, include_recorded=False)
     action.errors.extend(errs)
     undelivered: list[str] = []
-    if info["trigger"] == "preempt":
+    if info["trigger"] in S.HOOK_TRIGGERS:
         # A node's own part, cut while the inventory was away: its node agent
         # delivers it from the spool, and it joins the set then. Never removed.
         undelivered = [f"{ref.ref} on {v.node or 'the shared volume'}" for v, _b, ref in orphans]
@@ -167,7 +167,7 @@ def _repair_one(cfg, inventory, set_id: int, why: str, *, dry_run: bool, clock, 
         else:
             target = S.ROLLED_BACK if orphans else S.FAILED
             what = (f"{len(orphans)} snapshot(s) cut but never recorded were removed" if orphans
-                    else "nothing was cut" if info["trigger"] != "preempt"
+                    else "nothing was cut" if info["trigger"] not in S.HOOK_TRIGGERS
                     else "no node delivered a part" + (f" ({len(undelivered)} cut and not yet delivered: they "
                                                        "join the set when their node's spool is)" if undelivered
                                                        else "; a part a node delivers later joins the set"))

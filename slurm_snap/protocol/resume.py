@@ -80,7 +80,7 @@ def _wait_for_preemption_set(cfg, inventory, job_id: int, restart_count: int | N
     deadline = time.monotonic() + limit
     while True:
         with inventory.session() as repo:
-            busy = [st.id for st in repo.active_sets(job_id=job_id) if st.trigger == "preempt"]
+            busy = [st.id for st in repo.active_sets(job_id=job_id) if st.trigger in S.HOOK_TRIGGERS]
             waiting = bool(cut) and _undelivered(repo, job_id, epoch, cut)
         if not (busy or waiting) or time.monotonic() >= deadline:
             return

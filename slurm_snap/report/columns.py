@@ -112,8 +112,9 @@ _COLUMNS = (
     Column("User", 9, RIGHT, _str("user_name"), "job owner"),
     Column("Partition", 10, RIGHT, _str("partition"), "partition of the run"),
     Column("Restart", 7, RIGHT, _str("restart_count"), "requeue count of the run"),
+    Column("SLUID", 14, RIGHT, _str("sluid"), "Slurm's SLUID of the run (25.11+; a requeued run has its own); empty before"),
     Column("Epoch", 16, RIGHT, _str("epoch"), "snapshot epoch (preempt-N or the request's epoch)"),
-    Column("Trigger", 8, RIGHT, _str("trigger"), "preempt, manual, periodic or epilog"),
+    Column("Trigger", 9, RIGHT, _str("trigger"), "preempt, timelimit, manual, periodic or epilog"),
     Column("Wanted", 6, RIGHT, _str("wanted"), "consistency asked for: app or crash"),
     Column("Consistency", 16, RIGHT, _str("consistency"), "the set's label as a point to restore from: "
            "app-consistent, crash-consistent, or none (always none for PARTIAL, FAILED, ROLLED_BACK)"),

@@ -111,6 +111,7 @@ def unprotected_row(run: Mapping[str, Any], refused: list) -> SetRow:
                                "skew_seconds", "checkpoint_step", "manifest_ok")}
     m.update(job_id=run["job_id"], restart_count=run["restart_count"], user_name=run["user_name"],
              partition=run["partition"], nodes=run["nodes"], snapshot_every=run.get("snapshot_every"),
+             sluid=run.get("sluid"),
              consistency="none", parts_consistency="none", state=UNPROTECTED,
              reason=reason, expected_parts=run["declared"], parts=0, failed_nodes=[],
              recorded_at=run["created_at"])

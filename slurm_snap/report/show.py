@@ -18,7 +18,8 @@ _PHASE_LABELS = {"requested": "requested", "signalled": "signalled", "barrier": 
 
 # How a preemption's nodes were given back (snapshot_set.release).
 RELEASE_WORDS = {"early": "early: rank 0 requeued the job once every rank had acknowledged",
-                 "grace": "at the end of GraceTime: Slurm killed the job"}
+                 "grace": "at the end of GraceTime: Slurm killed the job",
+                 "limit": "at the time limit: Slurm ended the job"}
 
 
 def precise(t: dt.datetime | None, tz: dt.tzinfo | None) -> str:
@@ -149,11 +150,13 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequen
         out.append(f"  {_PHASE_LABELS[name]:<12} {precise(t, tz):<23}"
                    + ("" if since is None else f"  +{since:.3f} s")
                    + (f"  ({RELEASE_WORDS.get(st.release, st.release)})" if name == "released" and st.release else ""))
-    if st.trigger == "preempt" and st.barrier_at is not None:
-        # What a site tunes GraceTime with (doctor suggests one from these).
+    if st.trigger in S.HOOK_TRIGGERS and st.barrier_at is not None:
+        # What a site tunes GraceTime (or a job its time-limit margin) with
+        # (doctor suggests a GraceTime from these).
         ack = seconds(st.requested_at, st.barrier_at)
         rel = seconds(st.requested_at, st.released_at)
-        out.append(f"  preemption: last acknowledgement {ack:.1f} s after the first signal"
+        what = "preemption" if st.trigger == "preempt" else "time limit"
+        out.append(f"  {what}: last acknowledgement {ack:.1f} s after the first signal"
                    + ("" if rel is None else f", nodes given back after {rel:.1f} s ({st.release or '?'})"))
 
     out += ["", "Barrier acknowledgements:"]

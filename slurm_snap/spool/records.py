@@ -21,12 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..jobrecords import Ack, CutPart, EarlyDecision, JobRecord, preempt_epoch
+from ..jobrecords import HOOK_TRIGGERS, Ack, CutPart, EarlyDecision, JobRecord, preempt_epoch
 from ..jobrecords.fields import Fields, iso
 
 SPOOL_VERSION = 1
 _ENTRY_FIELDS = ("version", "job_id", "restart_count", "node", "nodes", "uid", "written_at", "parts", "acks",
-                 "set_id", "preempt_time", "killed_at", "early", "offline", "job", "partition", "options")
+                 "set_id", "preempt_time", "killed_at", "early", "offline", "job", "partition", "options",
+                 "trigger")
 
 
 def _opt_time(f: Fields, field: str, value) -> datetime | None:
@@ -47,7 +48,10 @@ class SpoolEntry:
     is preempt-<restart_count>; `set_id` is the set's when the Epilog could
     open it, None when it cut without the inventory (the controller finds or
     opens the set by job and epoch). `offline` says why it was not recorded
-    at once ("" when it was written only to be delivered in order)."""
+    at once ("" when it was written only to be delivered in order).
+    `trigger` is the set's: "preempt", or "timelimit" when the job stopped
+    before its time limit (--snapshot-before-timelimit), so the set the
+    delivery opens is a time-limit set however late it comes."""
 
     job_id: int
     restart_count: int
@@ -65,6 +69,7 @@ class SpoolEntry:
     job: JobRecord | None = None
     partition: str = ""
     options: dict = field(default_factory=dict)
+    trigger: str = "preempt"
 
     LABEL = "spool entry"
 
@@ -80,7 +85,10 @@ class SpoolEntry:
                 "set_id": self.set_id, "preempt_time": self.preempt_time, "killed_at": self.killed_at,
                 "early": None if self.early is None else self.early.to_json(), "offline": self.offline,
                 "job": None if self.job is None else self.job.to_json(), "partition": self.partition,
-                "options": dict(self.options)}
+                "options": dict(self.options),
+                # Named only when not the default, which a service older
+                # than --snapshot-before-timelimit still reads.
+                **({} if self.trigger == "preempt" else {"trigger": self.trigger})}
 
     @classmethod
     def parse(cls, data, source: str = "") -> "SpoolEntry":
@@ -112,6 +120,9 @@ class SpoolEntry:
         options = f.get("options", {})
         if not isinstance(options, dict):
             raise f.bad("options", options, "expected an object")
+        trigger = f.get("trigger", "preempt")
+        if trigger not in HOOK_TRIGGERS:
+            raise f.bad("trigger", trigger, f"expected one of {', '.join(HOOK_TRIGGERS)}")
         return cls(job_id=job_id, restart_count=f.integer("restart_count", f.get("restart_count")),
                    node=f.name("node", f.get("node"), "node name"), nodes=nodes,
                    uid=f.integer("uid", f.get("uid")), written_at=f.aware("written_at", f.get("written_at")),
@@ -122,7 +133,8 @@ class SpoolEntry:
                    early=None if early is None else EarlyDecision.parse(early, f"{source} early"),
                    offline=f.string("offline", f.get("offline", "")),
                    job=None if job is None else JobRecord.parse(job, source),
-                   partition=f.string("partition", f.get("partition", "")), options=dict(options))
+                   partition=f.string("partition", f.get("partition", "")), options=dict(options),
+                   trigger=trigger)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ compiled for its next Slurm would), and, where 24.11 is installed (CI's
 second pass), the Debian 12 package's plugin in 24.11's sbatch."""
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -21,7 +22,20 @@ from realcomponents import require
 
 pytestmark = [pytest.mark.integration]
 
-SLURM_2411 = Path("/opt/slurm-24.11")
+
+@functools.cache
+def slurm_2411() -> tuple[Path, Path]:
+    """(prefix, plugin directory) of Slurm 24.11 on this machine, as
+    scripts/lib-slurm-version.sh, the one place that knows, says: Debian 13's
+    binaries under their own prefix, whose compiled-in PluginDir is Debian
+    12's (22.05's plugins), so its slurm.conf must name its own."""
+    out = subprocess.run(["bash", "-c", 'source "$0"; slurm_install_paths; echo "$SLURM_PREFIX $SLURM_PLUGIN_DIR"',
+                          str(ROOT / "scripts/lib-slurm-version.sh")], capture_output=True, text=True, timeout=30,
+                         check=True, env={"PATH": "/usr/bin:/bin", "SLURM_SNAP_SLURM": "24.11"})
+    prefix, plugin_dir = out.stdout.split()
+    return Path(prefix), Path(plugin_dir)
+
+
 CONF = """ClusterName=guard
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=46917
@@ -38,11 +52,12 @@ PartitionName=p Nodes=g1 Default=YES
 """
 
 
-def slurm_dir(tmp_path: Path, plugin: Path) -> Path:
-    """slurm.conf and the plugstack.conf beside it that loads `plugin` (required)."""
+def slurm_dir(tmp_path: Path, plugin: Path, plugin_dir: Path | None = None) -> Path:
+    """slurm.conf (naming `plugin_dir` as Slurm's PluginDir if given) and the
+    plugstack.conf beside it that loads `plugin` (required)."""
     d = tmp_path / "slurm"
     (d / "spool").mkdir(parents=True)
-    (d / "slurm.conf").write_text(CONF.format(d=d))
+    (d / "slurm.conf").write_text(CONF.format(d=d) + (f"PluginDir={plugin_dir}\n" if plugin_dir else ""))
     (d / "plugstack.conf").write_text(f"required {plugin} helper=/bin/true config=/etc/slurm-snap/none.toml\n")
     return d
 
@@ -55,13 +70,13 @@ def sbatch(d: Path, *args: str, prefix: str = "/usr") -> subprocess.CompletedPro
 @pytest.fixture(scope="module")
 def plugin_for_2411(tmp_path_factory) -> Path:
     """The plugin as built on this host against Slurm 24.11's headers: those
-    of /opt/slurm-24.11 where it is installed, else Debian 13's libslurm-dev
+    of its prefix (slurm_2411()) where it is installed, else Debian 13's libslurm-dev
     from the packages' trixie build root; its API number from that libslurm."""
     require(shutil.which("cc") is not None, "cc not installed (build-essential)")
     tmp = tmp_path_factory.mktemp("p2411")
     made_root = None
-    if (SLURM_2411 / "include/slurm/spank.h").exists():
-        include, api = SLURM_2411 / "include", None
+    if (slurm_2411()[0] / "include/slurm/spank.h").exists():
+        include, api = slurm_2411()[0] / "include", None
     else:
         made_root = packages.fresh_root("trixie", tmp, kind="build")
         include = tmp / "include"                        # Slurm's headers alone, not Debian 13's libc's
@@ -126,13 +141,15 @@ def test_built_for_2411_slurmd_2205_still_starts_and_logs_why(plugin_for_2411, t
 @pytest.mark.slurm
 def test_debian_12s_package_plugin_is_inert_in_2411s_sbatch(tmp_path):
     if os.environ.get("SLURM_SNAP_SLURM", "22.05") != "24.11":
-        pytest.skip("runs in the Slurm 24.11 pass (SLURM_SNAP_SLURM=24.11 scripts/test), which installs 24.11")
-    require((SLURM_2411 / "bin/sbatch").exists(),
-            "Slurm 24.11 not installed (SLURM_SNAP_SLURM=24.11 scripts/test installs it)")
+        pytest.skip("runs in the Slurm 24.11 tier (SLURM_SNAP_SLURM=24.11 scripts/test --slurm-tier), "
+                    "which installs 24.11")
+    prefix, plugin_dir = slurm_2411()
+    require((prefix / "bin/sbatch").exists(),
+            f"Slurm 24.11 not installed in {prefix} (SLURM_SNAP_SLURM=24.11 scripts/test installs it)")
     out = tmp_path / "deb"
     subprocess.run(["dpkg-deb", "-x", str(packages.deb("bookworm")), str(out)], check=True)
-    d = slurm_dir(tmp_path, out / "usr/lib/slurm-snap/slurm_snap.so")
-    r = sbatch(d, "--help", prefix=str(SLURM_2411))
+    d = slurm_dir(tmp_path, out / "usr/lib/slurm-snap/slurm_snap.so", plugin_dir)
+    r = sbatch(d, "--help", prefix=str(prefix))
     assert r.returncode == 0 and "--snapshot-on-preempt" in r.stdout, r.stderr
-    r = sbatch(d, "--snapshot-on-preempt", "--wrap", "true", prefix=str(SLURM_2411))
+    r = sbatch(d, "--snapshot-on-preempt", "--wrap", "true", prefix=str(prefix))
     assert r.returncode != 0 and "built for Slurm 22.05" in r.stderr and "Slurm 24.11" in r.stderr, r.stderr

@@ -23,13 +23,8 @@ JOB = "7"
 
 @pytest.fixture(autouse=True)
 def restore_handlers():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM)}
-    made = []
-    yield made
-    for ckpt in made:
-        ckpt._flag.uninstall()
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
+    with signal_delivery.handlers_restored() as made:
+        yield made
 
 
 def slurm_says(tmp_path, monkeypatch, preempt_time: str | None) -> None:
@@ -101,7 +96,7 @@ def test_sigterm_is_never_filtered(tmp_path, monkeypatch, restore_handlers):
 def test_the_reason_is_asked_once_per_signal(tmp_path, monkeypatch, restore_handlers):
     calls = []
     real = reason.checkpoint_reason
-    monkeypatch.setattr(reason, "checkpoint_reason", lambda jd: (calls.append(1), real(jd))[1])
+    monkeypatch.setattr(reason, "checkpoint_reason", lambda jd, **kw: (calls.append(1), real(jd, **kw))[1])
     slurm_says(tmp_path, monkeypatch, "None")
     ckpt = rank(tmp_path, restore_handlers)
     signal_delivery.deliver(signal.SIGUSR1, ckpt)

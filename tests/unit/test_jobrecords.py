@@ -16,7 +16,7 @@ from slurm_snap.errors import BadValueError
 from slurm_snap.jobdir import JobDir
 from slurm_snap.jobrecords import (Ack, CutPart, CutRecord, EarlyDecision, JobRecord, ManifestEntry, ReleaseRecord,
                                    RequestRecord, ResumeRank, ResumeRecord, VolumeRecord, is_preempt_epoch,
-                                   preempt_epoch)
+                                   preempt_epoch, preempt_restart)
 
 T0 = dt.datetime(2026, 12, 3, 10, 0, tzinfo=dt.timezone.utc)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,6 +35,7 @@ RECORDS = [
                  missing=("scratch part of rank(s) 1 (cut on n2): no copy survives",)),
     EarlyDecision(epoch="preempt-0", decision="requeued", at=1.5e9, why="preempted at X", all_acknowledged_at=1.4e9),
     EarlyDecision(epoch="preempt-0", decision="waited", at=1.5e9, why="not every rank acknowledged in time"),
+    CutRecord(epoch="preempt-3", node="n1", set_id=4, trigger="timelimit"),
     CutRecord(epoch="preempt-1", node="n2", set_id=None, preempt_time=1.5e9, job=JobRecord(
         job_id=77, restart_count=1, user="alice", nodes=("n2",),
         volumes=(VolumeRecord(path="/scratch/jobs/77", scope="node-local", volume_class="scratch", node="n2"),)),
@@ -85,6 +86,7 @@ def test_an_acknowledgement_round_trips_through_its_bytes():
     (CutRecord, {"epoch": "preempt-0", "node": "../n1", "parts": []}, "node", "'../n1'"),
     (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "set_id": -1}, "set_id", "-1"),
     (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "job": {"volumes": "all"}}, "volumes", "'all'"),
+    (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "trigger": "manual"}, "trigger", "'manual'"),
     (CutPart, {"volume_class": "s", "scope": "local", "node": "n1", "path": "/s", "backend": "b", "name": "x",
                "state": "CUT"}, "scope", "'local'"),
     (CutPart, {"volume_class": "s", "scope": "shared", "node": "", "path": "s", "backend": "b", "name": "x",
@@ -120,6 +122,8 @@ def test_the_job_file_gives_this_nodes_volume_before_the_shared_one():
 
 def test_the_preemption_epoch_is_spelled_once():
     assert preempt_epoch(3) == "preempt-3" and is_preempt_epoch("preempt-3") and not is_preempt_epoch("s3")
+    assert preempt_restart(preempt_epoch(3)) == 3 and preempt_restart("s3") is None
+    assert preempt_restart("preempt-") is None and preempt_restart("preempt-x") is None
 
 
 def test_the_records_import_nothing_of_slurm_snap_but_its_errors():
@@ -130,3 +134,17 @@ def test_the_records_import_nothing_of_slurm_snap_but_its_errors():
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
     loaded = set(eval(out.stdout))
     assert loaded <= {"slurm_snap", "slurm_snap.errors"} | {m for m in loaded if m.startswith("slurm_snap.jobrecords")}
+
+
+def test_the_hook_triggers_are_the_inventorys():
+    """jobrecords spells them without importing states (stdlib only)."""
+    from slurm_snap import states
+    from slurm_snap.jobrecords import HOOK_TRIGGERS
+
+    assert HOOK_TRIGGERS == states.HOOK_TRIGGERS
+
+
+def test_a_preemptions_cut_record_is_written_as_before_the_time_limit_option():
+    """A node not yet upgraded reads what an upgraded one writes at a preemption."""
+    assert "trigger" not in CutRecord(epoch="preempt-0", node="n1").to_json()
+    assert CutRecord(epoch="preempt-0", node="n1", trigger="timelimit").to_json()["trigger"] == "timelimit"

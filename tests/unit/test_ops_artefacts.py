@@ -343,3 +343,17 @@ def test_systemd_analyze_verifies_the_units(tmp_path, timer_path, service_path, 
     assert r.returncode == 0, r.stderr
     # Unknown keys are only warnings for systemd: any line about our units is a fault.
     assert [ln for ln in r.stderr.splitlines() if service_path.stem in ln] == []
+
+
+# Slurm 25.11's own series (its metrics guide; scraped from a 25.11 dev
+# cluster's slurmctld, docs/design.md): the dashboard shows them beside ours.
+SLURM_OWN = re.compile(r"\bslurm_(?!snap_)[a-z_]+")
+SLURM_2511_SERIES = {"slurm_jobs_running", "slurm_jobs_pending", "slurm_nodes_alloc", "slurm_nodes_idle"}
+
+
+def test_the_dashboard_shows_slurms_own_metrics_and_ours_never_repeat_them(exposition):
+    shown = {name for e in dashboard_exprs() for name in SLURM_OWN.findall(e)}
+    assert shown == SLURM_2511_SERIES
+    families = {line.split()[2] for line in exposition.splitlines() if line.startswith("# TYPE ")}
+    assert all(f.startswith("slurm_snap_") for f in families)
+    assert not {f.removeprefix("slurm_snap_") for f in families} & {s.removeprefix("slurm_") for s in SLURM_2511_SERIES}

@@ -93,6 +93,23 @@ def the_set(env):
         return st, repo.snapshots(st.id), repo.events(set_id=st.id)
 
 
+def resume_while(env, later):
+    """The requeued run's head Prolog asks for its resume point while
+    `later` runs 1.5 s after: the answer, which must have waited for it."""
+    def run():
+        time.sleep(1.5)
+        later()
+    t = threading.Thread(target=run)
+    t0 = time.monotonic()
+    t.start()
+    try:
+        resume = preempt.prepare_resume(env.cfg, env.inv, job(env, "n1"), budget=20)
+    finally:
+        t.join()
+    assert 1.5 <= time.monotonic() - t0 < 10
+    return resume
+
+
 def test_a_node_cut_off_cuts_its_parts_and_the_set_completes_when_its_spool_is_delivered(env):
     ack_all(env)
     t_pre = (now() - dt.timedelta(seconds=5)).timestamp()
@@ -180,15 +197,55 @@ def test_a_part_delivered_after_prune_goes_to_prune(env):
     assert st.state == S.DELETING and any("the next prune removes them" in e.message for e in events)
 
 
-def test_repair_by_hand_leaves_a_nodes_undelivered_part_alone(env):
+@pytest.mark.parametrize("trigger", ["preempt", "timelimit"])
+def test_repair_by_hand_leaves_a_nodes_undelivered_part_alone(env, trigger):
+    """A time-limit set's parts are cut under the names a node computes
+    alone, as a preemption's: not orphans to remove."""
     ack_all(env)
-    preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), (now() - dt.timedelta(seconds=5)).timestamp())
-    preempt.epilog_cut(on(env, "n2"), Away(), job(env, "n2"))
+    preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), (now() - dt.timedelta(seconds=5)).timestamp(),
+                                 trigger=trigger)
+    preempt.epilog_cut(on(env, "n2"), Away(), job(env, "n2"), trigger=trigger)
     later = the_set(env)[0].deadline + dt.timedelta(hours=1)
     (a,) = repair(env.cfg, env.inv, clock=lambda: later)
     assert a.new_state == S.FAILED and a.orphans == [] and len(a.undelivered) == 1 and "on n2" in a.undelivered[0]
     name = part_name(env.job_id, 0, "n2", env.local_paths["n2"])
     assert os.path.isdir(os.path.join(os.path.dirname(env.local_paths["n2"]), ".snapshots", name))
+
+
+def test_a_time_limit_set_cut_without_the_inventory_is_one_when_delivered(env):
+    """--snapshot-before-timelimit, the service away at the cut and nobody
+    having opened the set: the trigger travels in the cut records and the
+    spool entries, and the set the delivery opens is a time-limit set whose
+    nodes came back at the limit."""
+    ack_all(env)
+    ended = now() - dt.timedelta(seconds=2)
+    t_pre = (ended - dt.timedelta(seconds=180)).timestamp()
+    for n in env.nodes:
+        out = preempt.epilog_cut(on(env, n), Away(), job(env, n), preempt_time=t_pre, killed_at=ended.timestamp(),
+                                 trigger="timelimit")
+        assert "kept in its spool" in out, out
+    jd = JobDir(env.cfg.paths.barrier_dir, env.job_id)
+    assert {r.trigger for r in jd.read_cuts("preempt-0").values()} == {"timelimit"}
+    for n in env.nodes:
+        box = Outbox.of(on(env, n))
+        assert [box.read(name).trigger for name in box.names()] == ["timelimit"]
+        run_once(on(env, n), recorder=LocalRecorder(env.cfg, env.inv))
+    st, parts, _e = the_set(env)
+    assert (st.trigger, st.state, st.consistency, len(parts)) == ("timelimit", S.COMPLETE, S.APP, 3), st.reason
+    assert st.release == "limit" and abs((st.released_at - ended).total_seconds()) < 0.01
+
+
+def test_a_requeued_runs_resume_point_waits_for_a_time_limit_set_in_flight(env):
+    ack_all(env)
+    t_pre = (now() - dt.timedelta(seconds=5)).timestamp()
+    preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), t_pre, trigger="timelimit")
+
+    def cut():
+        for n in env.nodes:
+            preempt.epilog_cut(on(env, n), env.inv, job(env, n), preempt_time=t_pre, trigger="timelimit")
+    resume = resume_while(env, cut)
+    st = the_set(env)[0]
+    assert st.trigger == "timelimit" and resume is not None and resume.set_id == st.id and resume.step == 11
 
 
 def test_without_the_inventory_a_path_the_prolog_would_refuse_is_not_cut(env):
@@ -276,18 +333,10 @@ def test_a_requeued_runs_resume_point_waits_for_the_parts_still_in_the_spools(tm
     Prolog's budget) until the cut records' parts are delivered."""
     env = cut_offline_never_recorded(tmp_path)
 
-    def deliver_later():
-        time.sleep(1.5)
+    def deliver():
         for n in env.nodes:
             run_once(on(env, n), recorder=LocalRecorder(env.cfg, env.inv))
-    t = threading.Thread(target=deliver_later)
-    t0 = time.monotonic()
-    t.start()
-    try:
-        resume = preempt.prepare_resume(env.cfg, env.inv, job(env, "n1"), budget=20)
-    finally:
-        t.join()
-    assert 1.5 <= time.monotonic() - t0 < 10
+    resume = resume_while(env, deliver)
     st = the_set(env)[0]
     assert resume is not None and resume.set_id == st.id and resume.step == 11 and resume.missing == ()
     # Nothing to wait for when the inventory already holds every part the records name.

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from slurm_snap.errors import BadValueError
-from slurm_snap.inventory.records import Refusal
+from slurm_snap.inventory.records import Refusal, SnapshotRecord
 from slurm_snap.jobrecords import (Ack, CutPart, EarlyDecision, ManifestEntry, ResumeRank, ResumeRecord,
                                    VolumeRecord)
 from slurm_snap.protocol.recorder import OPS, OPS_METHODS, Delivered, JobFacts, LocalRecorder, OpenedSet
@@ -35,6 +35,11 @@ CALLS = {
     "preempt-open": dict(job_id=7, restart_count=1, node="n1", nodes=["n1", "n2"], preempt_time=1.5e9),
     "preempt-cutting": dict(set_id=4, acks=[ACK]),
     "preempt-deliver": dict(entry=ENTRY),
+    # A node on the version before the spool (LocalRecorder.record).
+    "preempt-record": dict(set_id=4, job_id=7, node="n1", preempt_known=True, early=ENTRY.early, preempt_time=1.5e9,
+                           parts=[SnapshotRecord(volume_id=3, backend="btrfs", name="slurm-snap-7-r0-abc",
+                                                 ref="/s/.snap/x", path="/s/.snap/x", node="n1", cut_started_at=T0,
+                                                 cut_at=T0, manifest_ok=True)]),
     "resume-point": dict(job_id=7, nodes=["n3"], restart_count=1, budget=7.0),
     "hook-failed": dict(hook="epilog", detail="boom", job_id=7, node="n1"),
     "volume-refused": dict(job=JobFacts(job_id=7, restart_count=0, user="alice", uid=1000, partition="low",
@@ -46,6 +51,7 @@ RESULTS = {
                               uid=1000),
     "preempt-cutting": "",
     "preempt-deliver": Delivered(set_id=4, state="COMPLETE", summary="set 4 COMPLETE app-consistent", late=True),
+    "preempt-record": "set 4 COMPLETE app-consistent",
     "resume-point": ResumePoint(resume=ResumeRecord(set_id=4, step=5, live="/pfs/c", snapshot=None,
                                                     ranks=(ResumeRank(0, "n3", "n1", "/s/c", None, "gone"),),
                                                     missing=("gone",)), uid=1000),
@@ -82,3 +88,22 @@ def test_a_part_with_an_unknown_field_is_named():
     entry["parts"] = [{**entry["parts"][0], "colour": "red"}]
     with pytest.raises(BadValueError, match="'colour'.*parts\\[0\\]"):
         decode_call(LocalRecorder.deliver, {"entry": entry}, "preempt-deliver")
+
+
+def test_an_acknowledgement_from_a_node_on_the_older_version_is_read():
+    """Nodes on the version before the typed records send an acknowledgement
+    as its fields with seen_at beside them (found by the mixed-version test)."""
+    from slurm_snap.jobrecords import Ack
+    from slurm_snap.service.records import decode
+
+    legacy = {"agreement": "collective", "independent": False, "local_rank": 0, "local_size": 1, "manifest": [],
+              "node": "n3", "rank": 2, "seen_at": "2026-12-03T16:07:57.236377+00:00",
+              "signalled_at": "2026-12-03T16:07:55.948648+00:00", "step": 7, "world_size": 3,
+              "written_at": "2026-12-03T16:07:56.183065+00:00"}
+    ack = decode(Ack, legacy, "acks[0]")
+    assert (ack.node, ack.rank, ack.step, ack.world_size) == ("n3", 2, 7, 3)
+    assert ack.seen_at.isoformat() == legacy["seen_at"]
+    with pytest.raises(BadValueError, match="acks\\[0\\]"):
+        decode(Ack, {**legacy, "extra": 1}, "acks[0]")
+    with pytest.raises(BadValueError, match="rank"):
+        decode(Ack, {**legacy, "rank": "two"}, "acks[0]")

@@ -54,6 +54,15 @@ def test_an_entry_parses_back_to_the_same_record():
     assert e.epoch == "preempt-0" and e.acks[0].seen_at == ACK.seen_at
 
 
+def test_a_time_limit_entry_says_so_and_a_preemptions_is_written_as_before():
+    """The trigger travels with the entry (a time-limit set delivered late
+    is still one); a preemption's entry carries no key an older service
+    would refuse."""
+    e = entry(trigger="timelimit")
+    assert SpoolEntry.parse(json.loads(json.dumps(e.to_json()))).trigger == "timelimit"
+    assert "trigger" not in entry().to_json() and SpoolEntry.parse(entry().to_json()).trigger == "preempt"
+
+
 @pytest.mark.parametrize("change,field", [
     ({"version": 2}, "version"),
     ({"job_id": "seven"}, "job_id"),
@@ -63,6 +72,7 @@ def test_an_entry_parses_back_to_the_same_record():
     ({"parts": [{"state": "CUT"}]}, "scope"),
     ({"written_at": "2026-12-03T10:00:00"}, "written_at"),
     ({"colour": 1}, "colour"),
+    ({"trigger": "manual"}, "trigger"),
 ])
 def test_a_bad_entry_names_its_field(change, field):
     doc = {**entry().to_json(), **change}

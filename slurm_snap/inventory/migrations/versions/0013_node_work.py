@@ -1,7 +1,7 @@
 """node-local work done on the node: drills as Slurm jobs, and node tasks
 
-Revision ID: 0012_node_work
-Revises: 0011_parts_label
+Revision ID: 0013_node_work
+Revises: 0012_job_sluid
 Create Date: 2026-12-04 10:00:00
 
 restore_test.submitted_at, queued_seconds, ran_on: a drill runs as a Slurm
@@ -33,8 +33,8 @@ TIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mysql', 'mariadb')
 SECONDS = sa.Float().with_variant(mysql.DOUBLE(asdecimal=False), 'mysql', 'mariadb')
 
 
-revision = '0012_node_work'
-down_revision = '0011_parts_label'
+revision = '0013_node_work'
+down_revision = '0012_job_sluid'
 branch_labels = None
 depends_on = None
 
