@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from dataclasses import dataclass, field
 
 from .. import errors
@@ -75,7 +76,8 @@ def run_pass(cfg, inventory=None, *, ops=None, node: str | None = None, rounds: 
     waits for its sender, and two nodes copying to each other (partners of
     a 2-node job) would each wait for the other's send forever if neither
     sent before it listened; a send whose receiver started listening while
-    this node listened is picked up by the next round."""
+    this node listened is made meanwhile, beside the receive
+    (_SendsMeanwhile)."""
     node = node or node_name(cfg)
     ops = ops or node_tasks_for(cfg, inventory)
     report = TasksReport()
@@ -118,6 +120,41 @@ def _one(cfg, ops, node: str, t: TaskWork, report: TasksReport) -> bool:
     return True
 
 
+class _SendsMeanwhile:
+    """The sends others wait for, made while this node waits for its own
+    sender, in a thread beside the receiver's accept loop, never in its
+    place: two partners (each node of a 2-node job sends its part to the
+    other) both listen, then both send; a send waits for its receiver's
+    handshake, which a receiver blocked in its own send never gives, so
+    each side's send timed out and every partner copy failed (the dev
+    cluster's 16:20 run). One thread at a time; start() is the receiver's
+    idle call (about every second)."""
+
+    def __init__(self, cfg, ops, node: str, report: TasksReport):
+        self.cfg, self.ops, self.node, self.report = cfg, ops, node, report
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.thread is not None and self.thread.is_alive():
+            return
+        self.thread = threading.Thread(target=self._run, name=f"sends-of-{self.node}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for other in self.ops.tasks(node=self.node):
+                if other.kind == "send":
+                    _one(self.cfg, self.ops, self.node, other, self.report)
+        except errors.SnapError:
+            pass   # the receive goes on; the pass reports what it could
+        except Exception as exc:  # noqa: BLE001 -- a thread's error is the pass's line, never lost
+            self.report.errors.append(f"sends while receiving: {type(exc).__name__}: {exc}")
+
+    def join(self, timeout: float) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+
 def _do(cfg, ops, node: str, t: TaskWork, backend, report: TasksReport) -> dict:
     budget = cfg.restore.partner_budget
     if t.kind == "delete":
@@ -127,19 +164,16 @@ def _do(cfg, ops, node: str, t: TaskWork, backend, report: TasksReport) -> dict:
         from ..service.address import service_address
 
         host = service_address(cfg.inventory.url)[0] if cfg.via_service else "127.0.0.1"
-        def idle() -> None:
-            # Sends others wait for while this node waits for its own sender.
-            try:
-                for other in ops.tasks(node=node):
-                    if other.kind == "send":
-                        _one(cfg, ops, node, other, report)
-            except errors.SnapError:
-                pass   # the receive goes on; the pass reports what it could
-
-        moved = stream.receive(backend, _ref(t), node=node, token=t.token, address=stream.own_address(host),
-                               munge_socket=cfg.service.munge_socket, wait=RECEIVE_WAIT, timeout=budget,
-                               on_listening=lambda addr: ops.listening(task_id=t.id, node=node, address=addr),
-                               idle=idle)
+        sends = _SendsMeanwhile(cfg, ops, node, report)
+        try:
+            moved = stream.receive(backend, _ref(t), node=node, token=t.token, address=stream.own_address(host),
+                                   munge_socket=cfg.service.munge_socket, wait=RECEIVE_WAIT, timeout=budget,
+                                   on_listening=lambda addr: ops.listening(task_id=t.id, node=node, address=addr),
+                                   idle=sends.start)
+        finally:
+            # A send under way ends (each is bounded by the budget) before the
+            # pass asks for its tasks again: none is ever made twice at once.
+            sends.join(budget + stream.HANDSHAKE_TIMEOUT)
         # The sender streams against the parent when the task names one.
         method = "send-incremental" if moved.method == "send" and t.parent_ref else moved.method
         return {"method": method, "bytes": moved.bytes, "seconds": round(moved.seconds, 6)}

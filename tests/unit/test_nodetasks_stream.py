@@ -157,3 +157,53 @@ def test_no_sender_within_the_wait_is_a_timeout(nodes, munge_socket):  # noqa: F
     t, got = _receiver(RootedBackend(root / "n2"), munge_socket, "tok-5", wait=1)
     t.join(10)
     assert isinstance(got.get("error"), errors.Timeout)
+
+
+def test_two_partners_agents_copy_to_each_other_at_once(tmp_path, munge_socket):  # noqa: F811
+    """A 2-node job's partners: n1 sends to n2 and n2 to n1, both agents'
+    passes at once, the real stream between them. Each listens first (its
+    send waits for the other to listen), then sends while it listens. When a
+    listener's sends blocked its accept loop, each send waited for a
+    handshake the other, itself sending, never gave: every copy failed
+    (the dev cluster's partner copies, 2026-12-03)."""
+    from protocol_fixtures import make_env
+    from slurm_snap import states as S
+    from slurm_snap.nodetasks import agent
+    from slurm_snap.protocol import partner
+    from test_protocol_nodeloss import complete_set
+
+    env = make_env(tmp_path, nodes=("n1", "n2"), extra={"service": {"munge_socket": munge_socket}})
+    set_id = complete_set(env)
+    with env.inv.session() as repo:
+        parts = {p.node: p.ref for p in repo.snapshots(set_id) if p.node}
+    data = {}
+    for node, ref in parts.items():
+        for holder in parts:      # the directory of the part on both nodes (the copy keeps its path)
+            (tmp_path / "root" / holder / ref.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        src = tmp_path / "root" / node / ref.lstrip("/")
+        data[node] = os.urandom(1 << 20) + node.encode()
+        src.write_bytes(data[node])
+    backends = {n: RootedBackend(tmp_path / "root" / n) for n in parts}
+    mp = pytest.MonkeyPatch()
+    mp.setattr(agent, "_backend", lambda cfg, node, t: backends[node])
+    try:
+        assert len(partner.make_copies(env.cfg, env.inv)) == 2
+        reports = {}
+        threads = [threading.Thread(target=lambda n=n: reports.__setitem__(n, agent.run_pass(env.cfg, env.inv,
+                                                                                            node=n)))
+                   for n in ("n1", "n2")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+    finally:
+        mp.undo()
+    assert {n: r.errors for n, r in reports.items()} == {"n1": [], "n2": []}, reports
+    with env.inv.session() as repo:
+        copies = sorted((c.source_node, c.node, c.state, c.error) for c in repo.copies(set_id))
+        assert copies == [("n1", "n2", S.COPY_OK, ""), ("n2", "n1", S.COPY_OK, "")], copies
+        assert repo.open_node_tasks(set_id=set_id) == []
+    # Each node holds the other's part, at its original's path, whole.
+    assert (tmp_path / "root" / "n2" / parts["n1"].lstrip("/")).read_bytes() == data["n1"]
+    assert (tmp_path / "root" / "n1" / parts["n2"].lstrip("/")).read_bytes() == data["n2"]
