@@ -1,7 +1,8 @@
 """`slurm-snap node-tasks`: one pass of this node's tasks and drill leftovers
-(slurm_snap/nodetasks, restore/onnode.py). They become passes of the node
-agent (`slurm-snap node-agent`, issue 30) once it lands; until then the
-timer or a loop runs this."""
+(slurm_snap/nodetasks, restore/onnode.py), run by
+etc/slurm-snap-node-tasks.timer: a unit of its own beside the node agent's
+(slurm_snap/nodeagent), whose spool deliveries must not wait behind a
+partner copy (nodeagent/agent.py says why)."""
 from __future__ import annotations
 
 import json
