@@ -24,6 +24,7 @@ import secrets
 from .. import errors
 from .. import states as S
 from ..inventory.records import CopyRecord
+from ..service import hostops
 
 KINDS = ("delete", "send", "receive")
 
@@ -195,12 +196,7 @@ class RemoteNodeTasks:
         self.cfg = cfg
 
     def _call(self, op: str, **args):
-        from ..service.client import call
-        from ..service.records import decode_result, encode
-
-        method = getattr(LocalNodeTasks, OPS_METHODS[op])
-        return decode_result(method, call(self.cfg, op, **{k: encode(v) for k, v in args.items()}),
-                             f"the service's {op} result")
+        return hostops.call(self.cfg, LocalNodeTasks, OPS_METHODS, op, args)
 
     def tasks(self, **kw) -> list[TaskWork]:
         return self._call("node-tasks", **kw)
@@ -220,18 +216,5 @@ def node_tasks_for(cfg, inventory):
 OPS_METHODS = {"node-tasks": "tasks", "node-task-listening": "listening", "node-task-finished": "finished"}
 
 
-def _op(op: str):
-    def run(cfg, **args):
-        from ..inventory.repository import Inventory
-        from ..service.records import decode_call, encode
-
-        inv = Inventory.from_config(cfg)
-        try:
-            method = getattr(LocalNodeTasks(cfg, inv), OPS_METHODS[op])
-            return encode(method(**decode_call(method, args, op)))
-        finally:
-            inv.dispose()
-    return run
-
-
-OPS = {op: _op(op) for op in OPS_METHODS}
+# What `serve` runs for them (root only).
+OPS = hostops.served(LocalNodeTasks, OPS_METHODS)

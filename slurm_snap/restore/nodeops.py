@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from .. import errors
 from .. import states as S
+from ..service import hostops
 from .namespace import alt_namespace
 
 
@@ -142,12 +143,7 @@ class RemoteDrillNodes:
         self.cfg = cfg
 
     def _call(self, op: str, **args):
-        from ..service.client import call
-        from ..service.records import decode_result, encode
-
-        method = getattr(LocalDrillNodes, OPS_METHODS[op])
-        return decode_result(method, call(self.cfg, op, **{k: encode(v) for k, v in args.items()}),
-                             f"the service's {op} result")
+        return hostops.call(self.cfg, LocalDrillNodes, OPS_METHODS, op, args)
 
     def work(self, **kw) -> NodeWork:
         return self._call("drill-node-work", **kw)
@@ -167,18 +163,5 @@ def drill_nodes_for(cfg, inventory):
 OPS_METHODS = {"drill-node-work": "work", "drill-node-report": "report", "drill-running": "running"}
 
 
-def _op(op: str):
-    def run(cfg, **args):
-        from ..inventory.repository import Inventory
-        from ..service.records import decode_call, encode
-
-        inv = Inventory.from_config(cfg)
-        try:
-            method = getattr(LocalDrillNodes(cfg, inv), OPS_METHODS[op])
-            return encode(method(**decode_call(method, args, op)))
-        finally:
-            inv.dispose()
-    return run
-
-
-OPS = {op: _op(op) for op in OPS_METHODS}
+# What `serve` runs for them (root only).
+OPS = hostops.served(LocalDrillNodes, OPS_METHODS)
