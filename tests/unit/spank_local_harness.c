@@ -3,7 +3,7 @@
  * test_spank_local.py): links spank/checks.c, helper.c and local.c as sbatch
  * loads them, and calls snap_local_post_opt() with the options on its argv
  *   harness helper=PATH config=PATH [drill=V] [volumes=V] [consistency=V]
- *           [resume=V] [every=V] [on_preempt] [independent]
+ *           [resume=V] [every=V] [timelimit=V] [on_preempt] [independent]
  * Prints each job-control variable set ("SET NAME=VALUE"), each error
  * ("ERROR text") and the result ("RC n"), one line each, on stdout.
  */
@@ -81,6 +81,8 @@ int main(int argc, char **argv)
 			o.resume_cmd = v;
 		else if (KEY("every") && v)
 			o.every = v;
+		else if (KEY("timelimit") && v)
+			o.timelimit = v;
 		else if (KEY("on_preempt"))
 			o.on_preempt = 1;
 		else if (KEY("independent"))

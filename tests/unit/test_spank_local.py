@@ -92,7 +92,7 @@ def test_a_drill_value_that_is_not_a_test_id_is_refused_naming_it(harness, helpe
 
 
 @pytest.mark.parametrize("other", ["volumes=scratch", "consistency=app", "resume=python train.py", "every=1h",
-                                   "on_preempt", "independent"])
+                                   "timelimit=5m", "on_preempt", "independent"])
 def test_a_drill_job_takes_no_other_snapshot_option(harness, helper, root_only_config, other):
     """Nothing the helper would have validated can ride along unchecked."""
     rc, env, errs = post_opt(harness, helper, root_only_config, "drill=12", other)
