@@ -91,6 +91,13 @@ class PathsConfig:
 
 
 @dataclass(frozen=True)
+class NodeConfig:
+    # This host's Slurm node name, for its agent's node tasks (slurm_snap/nodetasks):
+    # "" = the short host name (NodeName is the host name at most sites).
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class SpoolConfig:
     # Each node's own durable spool of what its Epilogs cut while the service
     # or the database was away (slurm_snap/spool): on the node's local disk,
@@ -206,6 +213,23 @@ class RestoreConfig:
     partner_copies: bool = False
     # Seconds one runner pass may spend on partner copies.
     partner_budget: float = 600.0
+    # Where a drill's program runs. "job" (default): as a Slurm job of the
+    # owner on the nodes that hold the set's node-local parts, which the
+    # job's Prolog clones there (restore/submit.py, restore/onnode.py).
+    # "local": in the process that runs the drill, on its host, for
+    # single-host sites only (doctor warns): users' programs would run on
+    # the controller.
+    mode: str = "job"
+    # The drill job's partition ("" = the drilled job's own) and QOS ("" =
+    # the partition's default): a site may keep drills on a low-priority
+    # partition/QOS of the same nodes.
+    partition: str = ""
+    qos: str = ""
+    # sbatch --nice of drill jobs: behind the site's own work.
+    nice: int = 1000
+    # Seconds a drill job may wait in the queue before the drill gives up
+    # (abandoned, not failed: the set is drilled again later).
+    queue_timeout: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -297,6 +321,7 @@ class Config:
     hooks: HooksConfig = HooksConfig()
     access: AccessConfig = AccessConfig()
     ssh: SshConfig = SshConfig()
+    node: NodeConfig = NodeConfig()
     restore: RestoreConfig = RestoreConfig()
     service: ServiceConfig = ServiceConfig()
     spool: SpoolConfig = SpoolConfig()
@@ -352,6 +377,7 @@ SECTIONS = {
     "hooks": HooksConfig,
     "access": AccessConfig,
     "ssh": SshConfig,
+    "node": NodeConfig,
     "restore": RestoreConfig,
     "service": ServiceConfig,
     "spool": SpoolConfig,
@@ -510,6 +536,8 @@ def _check_semantics(cfg: Config) -> None:
         if not isinstance(host, str) or not host or any(not c.isprintable() or c.isspace() for c in host):
             raise ConfigError(path=p, key=f"ssh.addresses.{node}",
                               why=f"expected a host name or address, got {host!r}")
+    if cfg.node.name and not all(c.isascii() and (c.isalnum() or c in "-_.") for c in cfg.node.name):
+        raise ConfigError(path=p, key="node.name", why="a node name is letters, digits, '-', '_', '.'")
     _check_schedule(cfg)
     seen = set()
     for i, vc in enumerate(cfg.volume_classes):
@@ -561,6 +589,16 @@ def _check_schedule(cfg: Config) -> None:
         raise ConfigError(path=p, key="repair.lost_reason", why=f"not a regular expression: {exc}") from None
     if cfg.restore.partner_budget <= 0:
         raise ConfigError(path=p, key="restore.partner_budget", why="must be positive")
+    if cfg.restore.mode not in ("job", "local"):
+        raise ConfigError(path=p, key="restore.mode", why=f"{cfg.restore.mode!r} is not \"job\" or \"local\"")
+    if not 0 <= cfg.restore.nice <= 2147483645:
+        raise ConfigError(path=p, key="restore.nice", why=f"{cfg.restore.nice} is not sbatch --nice's 0..2147483645")
+    if cfg.restore.queue_timeout <= 0:
+        raise ConfigError(path=p, key="restore.queue_timeout", why="must be positive")
+    for key in ("partition", "qos"):
+        value = getattr(cfg.restore, key)
+        if value and not all(c.isalnum() or c in "-_." for c in value):
+            raise ConfigError(path=p, key=f"restore.{key}", why=f"{value!r} is not a Slurm {key} name")
     if cfg.restore.move_budget < 0:
         raise ConfigError(path=p, key="restore.move_budget", why="must be >= 0 (0: never move node-local parts)")
     if cfg.restore.verify_within and duration_seconds(cfg.restore.verify_within, key="restore.verify_within",

@@ -227,6 +227,19 @@ class JobDir:
                             durable=False, gid=self.gid, nofollow=True)
 
     # -- readers (the ranks' side) ----------------------------------------------
+    def read_prolog_done(self, node: str, restart_count: int) -> str | None:
+        """What `node`'s Prolog left for this run (write_prolog_done): "" when
+        all was well, None while it has left nothing. Bounded, no link followed."""
+        path = os.path.join(self.path, PROLOG_DIR, str(int(restart_count)), check_name("node name", node))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            return os.read(fd, MAX_NOTICE).decode(errors="replace")
+        finally:
+            os.close(fd)
+
     def read_job(self) -> JobRecord | None:
         path = self.file(JOB_FILE)
         data = _read(path)

@@ -13,13 +13,17 @@ scrontab line: etc/slurm-snap-schedule.*, etc/README.md §9).
        coordinator refuses a second set under the run's row lock, too);
     4. drill the newest never-drilled COMPLETE sets (restore.verify_within
        set), at most schedule.drills at once, as the job's user with the
-       resume command it recorded;
-    5. with [restore] partner_copies, copy node-local parts of restorable
-       sets to their partner node (protocol.partner), outside the cut's
-       critical path, before this pass's drills start: a set with node-local
-       parts is then drilled on nodes that cut none of it (restore.drill
-       Placement), each part brought from its partner copy when there is
-       one, so the drill proves what a requeue after a node's loss needs.
+       resume command it recorded: each a Slurm job of the user on the nodes
+       that hold the set's node-local parts (restore/submit.py), submitted
+       and left to run; the next pass collects the ones that ended (verdict,
+       cleanup, record) before it submits more, so a pass never waits for a
+       queue;
+    5. with [restore] partner_copies, queue a copy of each node-local part
+       of a restorable set to its partner node (protocol.partner: the two
+       nodes' agents make it, nodetasks/), outside the cut's critical path,
+       before this pass's drills: a set whose copies are under way waits,
+       then is drilled on the nodes that hold the copies (nothing moves),
+       so the drill proves what a requeue after a node's loss needs.
 
 A run is due when DURATION has passed since the later of its start and its
 newest set of any kind (a requeued run counts from its own start, not from
@@ -37,7 +41,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -93,6 +97,7 @@ class Drilled:
     reason: str = ""
     time_to_first_step: float | None = None
     error: str = ""
+    slurm_job_id: int | None = None     # a drill job, submitted: a later pass collects its verdict
 
 
 @dataclass
@@ -104,8 +109,10 @@ class PassReport:
     due: list[Due] = field(default_factory=list)
     taken: list[Taken] = field(default_factory=list)
     drills: list[Drilled] = field(default_factory=list)
-    # Partner copies made this pass ([restore] partner_copies): one line each.
+    # Partner copies queued this pass ([restore] partner_copies): one line each.
     partners: list[str] = field(default_factory=list)
+    # Drill jobs of earlier passes that ended, collected this pass: one line each.
+    collected: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
@@ -121,12 +128,14 @@ class Runner:
     def __init__(self, cfg: Config, inventory, *, running: Callable[[], dict[int, int]] | None = None,
                  snapshot: Callable[[int, str], tuple[int, str, str]] | None = None,
                  drill: Callable[[DrillCandidate], Drilled] | None = None,
+                 collect: Callable[[], list[str]] | None = None,
                  clock: Callable[[], dt.datetime] = utcnow, sleep: Callable[[float], None] = time.sleep):
         self.cfg = cfg
         self.inv = inventory
         self.running = running or self._squeue
         self.snapshot = snapshot or self._snapshot
         self.drill = drill or self._drill
+        self.collect = collect
         self.clock = clock
         self.sleep = sleep
         # One for every drill of this process: they run in threads, and none
@@ -145,19 +154,30 @@ class Runner:
         out = Coordinator(self.cfg, self.inv).snapshot(job_id, consistency=consistency, trigger="periodic")
         return out.set_id, out.state, out.consistency
 
-    def _drill(self, c: DrillCandidate) -> Drilled:
+    def _drills(self):
         from .restore.drill import Drill
+        from .restore.submit import SlurmSubmitter
 
-        if self.cfg.restore.partner_copies:
-            from .restore.placement import Placement
-            from .restore.submit import SlurmSubmitter
+        return Drill(self.cfg, self.inv, submitter=SlurmSubmitter(self.cfg), live=self.live)
 
-            out = Drill(self.cfg, self.inv, submitter=SlurmSubmitter(self.cfg), live=self.live).run(
-                f"set:{c.set_id}", placement=Placement(prefer_copies=True, only_node_local=True))
-        else:
-            out = Drill(self.cfg, self.inv, live=self.live).run(f"set:{c.set_id}")
+    def _drill(self, c: DrillCandidate) -> Drilled:
+        from .restore.placement import Placement
+
+        # With partner copies, on the nodes holding the copies: the drill proves them.
+        placement = Placement(prefer_copies=True, only_node_local=True) if self.cfg.restore.partner_copies else None
+        job = self.cfg.restore.mode == "job"
+        out = self._drills().run(f"set:{c.set_id}", placement=placement, wait=not job, sweep=False)
+        if out.pending:
+            return Drilled(set_id=c.set_id, job_id=c.job_id, slurm_job_id=out.slurm_job_id)
         return Drilled(set_id=c.set_id, job_id=c.job_id, passed=out.passed, reason=out.reason,
                        time_to_first_step=out.time_to_first_step)
+
+    def _collect(self) -> list[str]:
+        """Drill jobs of earlier passes that ended: verdict, cleanup, record."""
+        try:
+            return self._drills().sweeper.sweep()
+        except SnapError as exc:
+            return [f"drills not collected: {exc}"]
 
     # -- the pass -------------------------------------------------------------------
     def pass_once(self, *, dry_run: bool = False) -> PassReport:
@@ -176,31 +196,31 @@ class Runner:
             report.drills = [Drilled(set_id=c.set_id, job_id=c.job_id) for c in candidates]
             report.seconds = time.monotonic() - t0
             return report
+        if drills_on or self.collect is not None:
+            report.collected = (self.collect or self._collect)()
         due_jobs = {d.job_id for d in report.due}
         # A job about to be signalled is not drilled in the same pass: its
         # newest set is the one to prove, next pass.
         candidates = [c for c in candidates if c.job_id not in due_jobs]
-        partners = None
-        progress.phase("sets and drills" + (", partner copies" if self.cfg.restore.partner_copies else ""),
-                       total=len(report.due) + len(candidates))
+        if self.cfg.restore.partner_copies:
+            # Queued first (the nodes' agents make them): a set whose copies
+            # are under way is drilled once they arrived, on the nodes that
+            # hold them, so the drill proves the copies a node's loss needs.
+            progress.phase("partner copies")
+            report.partners = self._partners()
+            with self.inv.session(readonly=True) as repo:
+                candidates = [c for c in candidates if not repo.open_node_tasks(set_id=c.set_id, purpose="partner")]
+        progress.phase("sets and drills", total=len(report.due) + len(candidates))
+
+        def counted_drill(c: DrillCandidate) -> Drilled:
+            try:
+                return self._one_drill(c)
+            finally:
+                progress.count()
+
         with progress.hold(), ThreadPoolExecutor(max_workers=self.cfg.schedule.concurrency, thread_name_prefix="snap") as snaps, \
-                ThreadPoolExecutor(max_workers=max(1, self.cfg.schedule.drills), thread_name_prefix="drill") as drills, \
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix="partner") as partner_pool:
-            if self.cfg.restore.partner_copies:
-                # Copies first, drills after them: a drill then brings a part
-                # from its partner copy and so proves that copy restores.
-                partners = partner_pool.submit(self._partners)
-
-            def drill_after_partners(c: DrillCandidate) -> Drilled:
-                if partners is not None:
-                    # Done either way; its outcome is reported with the pass, not per drill.
-                    wait([partners])
-                try:
-                    return self._one_drill(c)
-                finally:
-                    progress.count()
-
-            drill_futures = [drills.submit(drill_after_partners, c) for c in candidates]
+                ThreadPoolExecutor(max_workers=max(1, self.cfg.schedule.drills), thread_name_prefix="drill") as drills:
+            drill_futures = [drills.submit(counted_drill, c) for c in candidates]
             snap_futures = []
             gate = threading.Semaphore(self.cfg.schedule.concurrency)
             for i, d in enumerate(report.due):
@@ -212,18 +232,16 @@ class Runner:
                 snap_futures.append(snaps.submit(self._one_snapshot, d, gate))
             report.taken = [f.result() for f in snap_futures]
             report.drills = [f.result() for f in drill_futures]
-            if partners is not None:
-                report.partners = partners.result()
         report.seconds = time.monotonic() - t0
         return report
 
     def _partners(self) -> list[str]:
-        from .protocol import nodelocal, partner
+        from .protocol import partner
 
         try:
-            return [nodelocal.describe(c) for c in partner.make_copies(self.cfg, self.inv)]
+            return partner.make_copies(self.cfg, self.inv)
         except SnapError as exc:
-            return [f"partner copies not made: {exc}"]
+            return [f"partner copies not queued: {exc}"]
 
     def _one_snapshot(self, d: Due, gate: threading.Semaphore) -> Taken:
         try:

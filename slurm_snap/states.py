@@ -74,6 +74,25 @@ COPY_LOST = "LOST"          # the node holding it is gone
 COPY_DELETED = "DELETED"    # removed (prune, or the drill that placed it ended)
 COPY_STATES = (COPY_OK, COPY_FAILED, COPY_LOST, COPY_DELETED)
 
+# A drill node's states (restore_node rows: one node of a drill run as a Slurm
+# job, whose Prolog makes that node's clones and whose Epilog removes them).
+NODE_PLANNED = "PLANNED"          # the drill listed it; its Prolog has not reported
+NODE_READY = "READY"              # its Prolog made every clone of the node
+NODE_FAILED = "FAILED"            # its Prolog could not; the row's error says why
+NODE_STATES = (NODE_PLANNED, NODE_READY, NODE_FAILED)
+# ...and what its Epilog reported ("" before it did).
+NODE_CLEANED = "CLEANED"          # every clone of the node is gone
+NODE_LEFT = "LEFT"                # some could not be removed (cleanup_error); the node agent retries
+NODE_CLEANUPS = (NODE_CLEANED, NODE_LEFT)
+
+# A node task's states (node_task rows: work a node's agent pulls, nodetasks/).
+TASK_PENDING = "PENDING"          # waiting for the node's agent
+TASK_LISTENING = "LISTENING"      # a receive, listening for its sender's agent
+TASK_DONE = "DONE"
+TASK_FAILED = "FAILED"            # error says why
+TASK_OPEN = (TASK_PENDING, TASK_LISTENING)
+TASK_STATES = (TASK_PENDING, TASK_LISTENING, TASK_DONE, TASK_FAILED)
+
 # Consistency labels: honest, never optimistic. A set's label
 # (`consistency`) says what the set is as a point to restore from: a set that
 # is not one (PARTIAL, FAILED, ROLLED_BACK: NOT_A_POINT) is always `none`.

@@ -1,5 +1,6 @@
 /* Cheap checks of option values, done in C before any interpreter starts. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "slurm_snap.h"
@@ -72,4 +73,21 @@ int snap_check_consistency(const char *c)
 		return 0;
 	slurm_error(PREFIX "--snapshot-consistency: '%.64s' is not 'app' or 'crash'", c);
 	return -1;
+}
+
+/*
+ * A restore test id: 1 to 2^31-1 in decimal, no sign, no leading zero (the
+ * inventory's ids are 32-bit). The whole check of a drill job's option: no
+ * helper runs for it (local.c).
+ */
+int snap_check_drill(const char *value)
+{
+	size_t n = strlen(value);
+
+	if (n == 0 || n > 10 || strspn(value, "0123456789") != n || value[0] == '0' ||
+	    strtoull(value, NULL, 10) > 2147483647ULL) {
+		slurm_error(PREFIX "--snapshot-drill: '%.64s' is not a restore test id", value);
+		return -1;
+	}
+	return 0;
 }

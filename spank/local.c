@@ -47,7 +47,8 @@ static int export_result(spank_t sp, char *out)
 		if (!strcmp(line, "SLURM_SNAP") || !strcmp(line, "SLURM_SNAP_ON_PREEMPT") ||
 		    !strcmp(line, "SLURM_SNAP_VOLUMES") || !strcmp(line, "SLURM_SNAP_CONSISTENCY") ||
 		    !strcmp(line, "SLURM_SNAP_RESUME_CMD") || !strcmp(line, "SLURM_SNAP_INDEPENDENT") ||
-		    !strcmp(line, "SLURM_SNAP_EVERY") || !strcmp(line, "SLURM_SNAP_TIMELIMIT"))
+		    !strcmp(line, "SLURM_SNAP_EVERY") || !strcmp(line, "SLURM_SNAP_TIMELIMIT") ||
+		    !strcmp(line, "SLURM_SNAP_DRILL"))
 			continue;
 		if (++count > MAX_RESULT_VARS) {
 			slurm_error(PREFIX "helper printed more than %d result lines", MAX_RESULT_VARS);
@@ -56,6 +57,35 @@ static int export_result(spank_t sp, char *out)
 		if (export_env(sp, line, eq + 1) < 0)
 			return -1;
 	}
+	return 0;
+}
+
+/*
+ * A restore drill's own job (restore/submit.py): `sbatch --snapshot-drill=TEST`
+ * executed as the job's owner on the host running the drill, usually the
+ * controller, whose configuration is root's alone (it holds the database's
+ * URL). So no helper runs here and no configuration is read: the value is a
+ * test id, checked in full in C, and nothing else may come with it, so no
+ * option the helper would have validated is exported unchecked. The drill
+ * itself is checked where root can: each node's Prolog asks the inventory
+ * for the drill's work with the job's id and uid, and a job that is not the
+ * drill's own (a user who gives --snapshot-drill to a job of theirs) is
+ * refused there and nothing is made (restore/onnode.py). The job needs no
+ * result line of the helper's: its in-job runner reads the barrier
+ * directory from the spec the drill wrote (restore/injob.py).
+ */
+static int drill_post_opt(spank_t sp, const struct snap_options *o)
+{
+	if (snap_check_drill(o->drill) < 0)
+		return -1;
+	if (o->on_preempt || o->independent || o->volumes || o->consistency || o->resume_cmd || o->every ||
+	    o->timelimit) {
+		slurm_error(PREFIX "--snapshot-drill marks a restore drill's own job and takes no other --snapshot option");
+		return -1;
+	}
+	if (export_env(sp, "SLURM_SNAP", "1") < 0 || export_env(sp, "SLURM_SNAP_DRILL", o->drill) < 0)
+		return -1;
+	slurm_debug(PREFIX "version %s: restore drill %s's job", SLURM_SNAP_VERSION, o->drill);
 	return 0;
 }
 
@@ -73,6 +103,8 @@ int snap_local_post_opt(spank_t sp, const struct snap_options *o)
 	 */
 	if (spank_context() == S_CTX_LOCAL && getenv("SLURM_JOB_ID"))
 		return 0;
+	if (o->drill)
+		return drill_post_opt(sp, o);
 	if (o->volumes && snap_check_volumes(o->volumes) < 0)
 		return -1;
 	if (o->consistency && snap_check_consistency(o->consistency) < 0)

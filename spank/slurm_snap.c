@@ -38,6 +38,7 @@ enum opt_id {
 	OPT_INDEPENDENT,
 	OPT_EVERY,
 	OPT_TIMELIMIT,
+	OPT_DRILL,
 };
 
 /*
@@ -80,6 +81,10 @@ static struct spank_option options[] = {
 	  "90s) before its time limit (the site's cli_filter asks Slurm for "
 	  "the signal; give no --signal of your own).",
 	  1, OPT_TIMELIMIT, opt_cb },
+	{ "snapshot-drill", "TEST",
+	  "slurm-snap's own: marks the Slurm job a restore drill submits "
+	  "(its Prolog prepares the drilled set on the node).",
+	  1, OPT_DRILL, opt_cb },
 	SPANK_OPTIONS_TABLE_END
 };
 
@@ -119,6 +124,8 @@ static int opt_cb(int val, const char *optarg, int remote)
 		return set_string(&ctx.every, optarg);
 	case OPT_TIMELIMIT:
 		return set_string(&ctx.timelimit, optarg);
+	case OPT_DRILL:
+		return set_string(&ctx.drill, optarg);
 	}
 	return -1;
 }
@@ -225,6 +232,8 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	free(ctx.resume_cmd);
 	free(ctx.every);
 	free(ctx.timelimit);
-	ctx.volumes = ctx.consistency = ctx.resume_cmd = ctx.every = ctx.timelimit = NULL;
+	free(ctx.drill);
+	ctx.volumes = ctx.consistency = ctx.resume_cmd = ctx.every = NULL;
+	ctx.timelimit = ctx.drill = NULL;
 	return 0;
 }

@@ -44,6 +44,7 @@ struct snap_options {
 	char *resume_cmd;
 	char *every;          /* --snapshot-every, checked by the helper */
 	char *timelimit;      /* --snapshot-before-timelimit MARGIN, checked by the helper */
+	char *drill;          /* --snapshot-drill: slurm-snap's own drill jobs (digits) */
 	char helper[PATH_MAX];
 	char config[PATH_MAX];
 };
@@ -51,6 +52,7 @@ struct snap_options {
 int snap_check_text(const char *option, const char *value, int allow_empty);
 int snap_check_volumes(const char *list);
 int snap_check_consistency(const char *value);
+int snap_check_drill(const char *value);
 
 int snap_run_validate(const struct snap_options *o, char *out, size_t out_cap);
 

@@ -398,6 +398,53 @@ class Cluster:
         return self.sbatch("-p", partition, "-N", str(nodes), "--exclusive", "-o", "/dev/null",
                            "-J", "preemptor", "--wrap", "/bin/true", user=user)
 
+    # --- the nodes' agents ---------------------------------------------------
+    def start_node_agents(self, nodes: list[str], log: list | None = None):
+        """Passes of `slurm-snap node-tasks` on each of `nodes`, side by side and
+        over and over (what each node's agent timer does), each pass's lines into
+        `log`, until the returned function is called (it waits for the passes)."""
+        import threading
+
+        stop = threading.Event()
+        log = [] if log is None else log
+
+        def loop(node):
+            while not stop.is_set():
+                p = self.cli("node-tasks", "--json", host=node, timeout=300)
+                if p.returncode == 0:
+                    doc = json.loads(p.stdout)
+                    log.extend(f"{node}: {line}" for line in doc["lines"] + doc["errors"] + doc["drills"])
+                else:
+                    log.append(f"{node}: exit {p.returncode}: {p.stderr.strip()[-300:]}")
+                stop.wait(1.0)
+
+        threads = [threading.Thread(target=loop, args=(n,), daemon=True) for n in nodes]
+        for t in threads:
+            t.start()
+
+        def stopped() -> None:
+            stop.set()
+            for t in threads:
+                t.join(330)
+        return stopped
+
+    def node_agents(self, nodes: list[str], until, timeout: float = 180, log: list | None = None):
+        """The nodes' agents (start_node_agents) until `until()` returns something
+        true, which is returned."""
+        log = [] if log is None else log
+        stop = self.start_node_agents(nodes, log)
+        try:
+            end = time.monotonic() + timeout
+            while True:
+                got = until()
+                if got:
+                    return got
+                if time.monotonic() > end:
+                    raise ClusterError(f"node agents on {','.join(nodes)}: not done within {timeout} s: {log[-20:]}")
+                time.sleep(1.0)
+        finally:
+            stop()
+
     # --- logs ------------------------------------------------------------
     def hook_log(self, host: str | None = None) -> str:
         """What slurm-snap's helper logged on `host` (default: every host, each under its name)."""

@@ -7,7 +7,13 @@ Security stance, because this runs as root against storage servers:
   no ~/.ssh key discovery (look_for_keys=False, allow_agent=False);
 - the remote command is the argv with every element shlex.quote'd, run under
   a fixed PATH and coreutils `timeout`, so nothing from user input is ever
-  interpreted by the remote shell and a hung tool dies on the remote too.
+  interpreted by the remote shell and a hung tool dies on the remote too;
+- an account other than root runs each tool through `sudo -n`: the site's
+  sudo rule on the storage host allows exactly the snapshot tools, so the
+  key grants those verbs and nothing else (etc/README.md). SSH is for what
+  a site names (a Lustre MGS, a GPFS manager, the coordinator's cuts of
+  node-local volumes): drills, deletes and copies of node-local parts are
+  done on the node (restore/onnode.py, nodetasks/).
 One connection per transport (one transport per host), reused across calls.
 """
 from __future__ import annotations
@@ -97,13 +103,22 @@ class SshTransport(Transport):
 
     # -- commands -----------------------------------------------------------
     @staticmethod
-    def remote_command(argv: Sequence[str], timeout: float) -> str:
-        """The exact string sshd hands to the remote shell: quoted argv only."""
+    def remote_command(argv: Sequence[str], timeout: float, *, sudo: bool = False) -> str:
+        """The exact string sshd hands to the remote shell: quoted argv only.
+        `sudo`: the account is not root, so the tool runs through `sudo -n`
+        (a site's rule allows exactly the snapshot tools; etc/README.md)."""
         secs = max(1, int(timeout + 0.999))
-        wrapped = ["timeout", "-k", "2", f"{secs}s", *argv]
+        wrapped = ["timeout", "-k", "2", f"{secs}s", *(["sudo", "-n", "--"] if sudo else []), *argv]
         return f"PATH={FIXED_PATH} LC_ALL=C exec " + " ".join(shlex.quote(a) for a in wrapped)
 
+    @property
+    def sudo(self) -> bool:
+        return self.user != "root"
+
     def run(self, argv: Sequence[str], timeout: float, input: bytes | None = None) -> Result:
+        return self._run(argv, timeout, input, sudo=self.sudo)
+
+    def _run(self, argv: Sequence[str], timeout: float, input: bytes | None = None, *, sudo: bool) -> Result:
         argv = _check_argv(argv)
         client = self._connect()
         deadline = time.monotonic() + timeout
@@ -115,7 +130,7 @@ class SshTransport(Transport):
             raise errors.TransportError(host=self.where, why=f"cannot open a session: {e}") from None
         try:
             chan.settimeout(timeout)  # bounds sendall of a large input; reads below never block
-            chan.exec_command(self.remote_command(argv, timeout))
+            chan.exec_command(self.remote_command(argv, timeout, sudo=sudo))
             if input:
                 chan.sendall(input)
             chan.shutdown_write()  # the tool sees EOF on stdin, like /dev/null
@@ -152,7 +167,7 @@ class SshTransport(Transport):
         try:
             chan = client.get_transport().open_session(timeout=self.connect_timeout)
             chan.settimeout(timeout)
-            chan.exec_command(self.remote_command(argv, timeout))
+            chan.exec_command(self.remote_command(argv, timeout, sudo=self.sudo))
         except (paramiko.SSHException, OSError) as e:
             self.close()
             raise errors.TransportError(host=self.where, why=f"cannot start {' '.join(argv[:3])}: {e}") from None
@@ -173,7 +188,9 @@ class SshTransport(Transport):
             return {}
         if tool_dir is not None and ":" in tool_dir:
             raise errors.BadValueError(what="tool_dir", value=tool_dir, why="must not contain ':'")
-        res = self.run(["sh", "-c", self._FIND_SCRIPT, "find-tools", tool_dir or FIXED_PATH, *tools], timeout)
+        # Looking needs no privilege: never through sudo.
+        res = self._run(["sh", "-c", self._FIND_SCRIPT, "find-tools", tool_dir or FIXED_PATH, *tools], timeout,
+                        sudo=False)
         lines = res.text.split("\n")
         if res.status != 0 or len(lines) < len(tools):
             raise errors.TransportError(host=self.where, why=f"tool lookup failed: {res.stderr.decode(errors='replace').strip()}")

@@ -22,6 +22,7 @@ COMMANDS = {
     "doctor": "doctor_cmd",
     "hook": "hook_cmd",
     "metrics": "metrics_cmd",
+    "node-tasks": "node_tasks_cmd",
     "node-agent": "node_agent_cmd",
     "prune": "prune_cmd",
     "repair": "repair_cmd",

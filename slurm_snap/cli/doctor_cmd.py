@@ -72,6 +72,8 @@ def command(ctx, no_slurm, no_nodes, local_only, node, as_json):
     if not cfg.via_service and node is None and not local_only:
         # The account other hosts are reached with: not this host's own fact.
         findings += security_checks.check_ssh_account(cfg)
+        # Where drills and root's reach go: a host with the inventory runs them.
+        findings += site_checks.check_who_runs_what(cfg)
     if controller and nodes is not None:
         facts = probes.topology(cfg, nodes, node_doctor=None if no_nodes else probes.node_doctor)
         findings += site_checks.check_topology(cfg, facts)
@@ -115,9 +117,11 @@ def _grace_observed(ctx, cfg, parts):
 def _print(findings, as_json: bool) -> None:
     bad = sum(1 for f in findings if not f.ok)
     unverified = sum(1 for f in findings if f.ok and not f.verified)
+    warned = sum(1 for f in findings if f.ok and f.verified and f.warning)
     if as_json:
         click.echo(json.dumps({"version": 1, "ok": bad == 0, "problems": bad,
-                               "findings": [{"ok": f.ok, "what": f.what, "fix": f.fix} for f in findings]},
+                               "findings": [{"ok": f.ok, "what": f.what, "fix": f.fix,
+                                             **({"warning": True} if f.warning else {})} for f in findings]},
                               indent=2))
     else:
         for f in findings:
@@ -125,9 +129,12 @@ def _print(findings, as_json: bool) -> None:
                 click.echo(f"FAIL  {f.what}\n      fix: {f.fix}")
             elif not f.verified:
                 click.echo(f"CHECK {f.what}\n      how: {f.fix}")
+            elif f.warning:
+                click.echo(f"WARN  {f.what}\n      why: {f.fix}")
             else:
                 click.echo(f"ok    {f.what}")
         by_hand = f", {unverified} to check by hand" if unverified else ""
-        click.echo(f"{len(findings) - bad - unverified} ok{by_hand}, {bad} problem(s)")
+        warnings = f", {warned} warning(s)" if warned else ""
+        click.echo(f"{len(findings) - bad - unverified - warned} ok{by_hand}{warnings}, {bad} problem(s)")
     if bad:
         raise click.exceptions.Exit(errors.CONFIG)

@@ -23,7 +23,9 @@ def command():
 @click.option("--before-timelimit", default=None, help="The --snapshot-before-timelimit value as given.")
 @click.pass_obj
 def validate_options(ctx, volumes, consistency, resume_cmd, every, before_timelimit):
-    """Check submit-time options (run by the SPANK plugin inside sbatch, as the user)."""
+    """Check submit-time options (run by the SPANK plugin inside sbatch, as the user).
+    Never for a restore drill's own job (--snapshot-drill): the plugin checks
+    that one alone, reading no configuration (spank/local.c)."""
     from ..hooks.volumes import validate_submit
 
     if volumes is not None and volumes.strip() == "":

@@ -78,10 +78,7 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
             with ctx.inventory.session(readonly=True) as repo:
                 require_jobs(cfg, caller, repo.report_job_owners([job_id]))
         user = caller.name
-    from ..backends.factory import backend_on_node
-
-    pruner = Pruner(ctx.inventory, backend_resolver(cfg),
-                    copy_backend=lambda vclass, node: backend_on_node(cfg, vclass, node))
+    pruner = Pruner(ctx.inventory, backend_resolver(cfg))
     decisions, sets = pruner.plan(policy, utcnow, job_id=job_id, user=user)
     result = None
     if apply_:
@@ -95,6 +92,7 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
             "decisions": [{"set_id": d.set_id, "job_id": d.job_id, "action": d.action, "reasons": list(d.reasons),
                            "state": sets[d.set_id].state} for d in decisions],
             "deleted": result.deleted if result else [],
+            "waiting": {str(k): v for k, v in result.pending.items()} if result else {},
             "failed": {str(k): v for k, v in result.failed.items()} if result else {}}, indent=2))
     else:
         current = None
@@ -105,7 +103,8 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
                 click.echo(f"job {d.job_id}:")
             verb = d.action if apply_ or d.action == "keep" else "would delete"
             if apply_ and d.delete:
-                verb = "FAILED" if d.set_id in result.failed else "deleted"
+                verb = ("FAILED" if d.set_id in result.failed else
+                        "deleting" if d.set_id in result.pending else "deleted")
             click.echo(f"  {verb:<12} set {st.id:<6} {_fmt_time(st.cut_done_at or st.requested_at, tz)} "
                        f"{st.state:<14} {st.consistency:<16} {'; '.join(d.reasons)}")
         n = sum(1 for d in decisions if d.delete)
@@ -114,6 +113,9 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
         else:
             click.echo(f"deleted {len(result.deleted)} set(s), failed {len(result.failed)}, "
                        f"kept {len(decisions) - n}")
+            for set_id, nodes in sorted(result.pending.items()):
+                click.echo(f"set {set_id} stays DELETING until the node agents of {', '.join(nodes)} have deleted "
+                           "its node-local parts (nothing to rerun)")
     if result and result.failed:
         first = next(iter(result.failed.items()))
         raise errors.BackendError(backend="prune", why=f"{len(result.failed)} set(s) stay DELETING "

@@ -100,7 +100,8 @@ def command(ctx, jobs, users, partitions, all_users, start, end, states, allocat
         if verbose:
             click.echo(describe_filter(f, tz), err=True)
         need_snaps = as_json or snapshots or any(fd.column.needs_snaps for fd in fields)
-        rows = load_rows(repo, f, need_snaps=need_snaps and not by_user)
+        need_drills = (as_json or any(fd.column.needs_drills for fd in fields)) and not by_user
+        rows = load_rows(repo, f, need_snaps=need_snaps and not by_user, need_drills=need_drills)
     if rpo_missed:
         # After the load: the objective and the RPO base are per job, known once rows are.
         rows = [r for r in rows if r.rpo_missed(now)]

@@ -18,18 +18,22 @@ from .context import DurationType
               help="Time to the first step: seconds (120) or a duration (15min) [default: timeouts.restore].")
 @click.option("--target", "target_dir", metavar="DIR",
               help="Restore into DIR/<set>-<test> instead of paths.restore_root.")
-@click.option("--submit", is_flag=True, help="Run the command as a Slurm job of the job's owner.")
+@click.option("--submit", is_flag=True,
+              help="Run the command as a Slurm job of the job's owner (the default unless [restore] mode = "
+                   "\"local\").")
 @click.option("--other-nodes", "other_nodes", is_flag=True,
               help="Run the ranks on nodes that cut nothing of the set: each rank's node-local part is brought "
-                   "to its node first, cloned there, and removed after (implies --submit).")
+                   "to its node first, cloned there, and removed after.")
 @click.option("--nodelist", "nodelist", metavar="HOSTLIST",
               help="Like --other-nodes, on these nodes (position k takes the ranks of the job's node k).")
-@click.option("--partition", metavar="P", help="With --submit: the partition for the drill job.")
-@click.option("--queue-timeout", type=DurationType(bare_seconds=True, positive=True), default=600.0,
-              show_default=True, metavar="DURATION",
-              help="With --submit: how long the drill job may wait in the queue: seconds (600) or a duration (10min).")
+@click.option("--partition", metavar="P",
+              help="The drill job's partition [default: restore.partition, else the job's].")
+@click.option("--queue-timeout", type=DurationType(bare_seconds=True, positive=True), default=None,
+              metavar="DURATION",
+              help="How long the drill job may wait in the queue: seconds (600) or a duration (10min) "
+                   "[default: restore.queue_timeout].")
 @click.option("--no-wait", "no_wait", is_flag=True,
-              help="With --submit: return once the job is submitted; finish later with --collect.")
+              help="Return once the drill job is submitted; finish later with --collect.")
 @click.option("--collect", is_flag=True,
               help="Record and clean up drills whose Slurm job ended (and dead drills), then exit.")
 @click.option("--keep", is_flag=True, help="Keep the clones for inspection (remove them later with --cleanup).")
@@ -39,9 +43,10 @@ from .context import DurationType
 def command(ctx, selector, command_text, deadline, target_dir, submit, other_nodes, nodelist, partition,
             queue_timeout, no_wait, collect, keep, cleanup, as_json):
     """Clone the set into a spare namespace, run the resume command there as the
-    job's owner, and mark the set VERIFIED or FAILED_RESTORE. With --other-nodes
-    or --nodelist, on nodes other than the ones that cut the set (the hard case
-    of a requeue)."""
+    job's owner, and mark the set VERIFIED or FAILED_RESTORE. The command runs
+    as a Slurm job of the owner on the nodes that hold the set's node-local
+    parts, whose Prolog clones them there. With --other-nodes or --nodelist,
+    on nodes other than the ones that cut the set (the hard case of a requeue)."""
     from ..restore.drill import Drill
     from ..restore.placement import Placement
     from ..restore.submit import SlurmSubmitter
@@ -69,10 +74,10 @@ def command(ctx, selector, command_text, deadline, target_dir, submit, other_nod
     if other_nodes or nodelist:
         from ..slurm.hostlist import expand
 
-        placement = Placement(nodes=tuple(expand(nodelist)) if nodelist else ())
+        placement = Placement(nodes=tuple(expand(nodelist)) if nodelist else (), other_nodes=other_nodes)
         submit = True
-    if no_wait and not submit:
-        raise errors.UsageError("--no-wait needs --submit")
+    if no_wait and not (submit or cfg.restore.mode == "job"):
+        raise errors.UsageError("--no-wait needs a drill run as a Slurm job ([restore] mode = \"job\", or --submit)")
     from ..progress import Line
 
     with Line(f"restore-test {selector}", live=False if as_json else None):
@@ -90,11 +95,13 @@ def command(ctx, selector, command_text, deadline, target_dir, submit, other_nod
             "result": "PASSED" if out.passed else "FAILED", "reason": out.reason, "first_step": out.first_step,
             "time_to_first_step": out.time_to_first_step, "namespace": out.namespace, "kept": out.kept,
             "restore_map": out.restore_map, "slurm_job_id": out.slurm_job_id, "nodes": out.nodes,
-            "moved": out.moved, "cleanup_errors": out.cleanup_errors}, indent=2, sort_keys=True))
+            "moved": out.moved, "cleanup_errors": out.cleanup_errors, "ran_on": out.ran_on,
+            "queued_seconds": out.queued_seconds}, indent=2, sort_keys=True))
     elif out.passed:
-        where = f" on {','.join(out.nodes)}" if out.nodes else ""
+        where = f" on {','.join(out.nodes)}" if out.nodes else (f" on {out.ran_on}" if out.ran_on else "")
+        queued = f" (queued {out.queued_seconds:.1f} s)" if out.queued_seconds is not None else ""
         click.echo(f"restore test {out.test_id} of set {out.set_id} (job {out.job_id}): PASSED{where}, first step "
-                   f"{out.first_step} after {out.time_to_first_step:.2f} s; set {out.set_id} is VERIFIED")
+                   f"{out.first_step} after {out.time_to_first_step:.2f} s{queued}; set {out.set_id} is VERIFIED")
         for line in out.moved:
             click.echo(f"  {line}")
     if out.kept:

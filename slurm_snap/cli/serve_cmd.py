@@ -22,6 +22,8 @@ def command(ctx, listen, pidfile):
     import sys
 
     from ..protocol.recorder import OPS
+    from ..nodetasks.ops import OPS as TASK_OPS
+    from ..restore.nodeops import OPS as DRILL_OPS
     from ..service.server import serve
     from . import main
 
@@ -36,7 +38,7 @@ def command(ctx, listen, pidfile):
         raise errors.PermissionDenied(why="serve runs as root: it acts for the users MUNGE vouches for")
     # A bug in a user's command: the user sees one line, the service's log the traceback.
     serve(cfg, listen=listen, pidfile=pidfile, run_cli=lambda argv: main(argv, bug_log=sys.__stderr__.write),
-          ops=OPS, sweep=sweep)
+          ops={**OPS, **DRILL_OPS, **TASK_OPS}, sweep=sweep)
 
 
 def sweep(cfg) -> list[str]:

@@ -63,6 +63,31 @@ def check_class(cfg: Config, c: ClassTools) -> list[Finding]:
     return out
 
 
+def check_who_runs_what(cfg: Config) -> list[Finding]:
+    """Where users' programs and root's reach go (issue 31): drills as Slurm
+    jobs of the owner, node-local work by root on the node, SSH only for
+    what the site names (its account: security_checks.check_ssh_account)."""
+    out = []
+    if cfg.restore.mode == "local":
+        out.append(Finding(True, "restore drills run the job's program in the drilling process, on this host "
+                                 "([restore] mode = \"local\")",
+                           "a single-host site's choice: elsewhere users' programs would run on the controller, "
+                           "without the job's nodes, GPUs and node-local disks; set [restore] mode = \"job\"",
+                           warning=True))
+    else:
+        out.append(Finding(True, "restore drills run as Slurm jobs of the job's owner on its nodes "
+                                 "([restore] mode = \"job\")"))
+    over_ssh = [vc for vc in cfg.volume_classes if vc.transport == "ssh"]
+    local = [vc.name for vc in over_ssh if vc.scope == "node-local"]
+    if local:
+        out.append(Finding(True, f"node-local class(es) {', '.join(local)} with transport = \"ssh\": on-demand and "
+                                 "periodic cuts reach the nodes from this host over SSH",
+                           "drills, deletes and copies of node-local parts are done on the node (Prolog, node "
+                           "agent) whatever the transport; only the coordinator's cuts use SSH to nodes",
+                           warning=True))
+    return out
+
+
 def check_local(cfg: Config, facts: LocalFacts) -> list[Finding]:
     """slurm-snap's own side on this host: inventory, backends' tools, barrier directory."""
     out = check_inventory(cfg, facts.inventory) if facts.inventory is not None else []

@@ -10,6 +10,9 @@
   Epilog           (each node, root)   at preemption or the time limit, cut this node's volumes,
                                        record, finalize
 
+A restore drill's own Slurm job (--snapshot-drill) is no job to protect: its
+hooks are drillhooks.py's.
+
 Each is idempotent (Slurm may run a hook twice) and runs under hooks.policy.
 """
 from __future__ import annotations
@@ -47,9 +50,18 @@ def record_job(cfg: Config, inv, job: JobEnv) -> str:
     declared = parse_declaration(cfg, job.volumes)
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
     every, why = cfg.snapshot_every(job.partition, job.every)
+    options = job.options()
+    if job.resume_cmd:
+        # Its restore drills run with the GPUs/GRES it had (restore/submit.py).
+        from ..slurm.commands import job_gres
+
+        try:
+            options.update(job_gres(job.job_id, timeout=cfg.timeouts.slurm_command))
+        except SnapError as exc:
+            log.warning("job %s: its GRES not recorded (its drills will ask for none): %s", job.job_id, exc)
     with inv.session() as repo:
         run = repo.record_job_run(job_id=job.job_id, restart_count=job.restart_count, user_name=job.user,
-                                  uid=job.uid, partition=job.partition, nodes=job.nodes, options=job.options(),
+                                  uid=job.uid, partition=job.partition, nodes=job.nodes, options=options,
                                   snapshot_every=every, sluid=job.sluid)
         repo.add_volumes(run, specs)
         repo.event("hook", f"recorded {len(specs)} volumes on {len(job.nodes)} nodes", job_id=job.job_id)
@@ -378,3 +390,4 @@ HOOKS = {
     hooknames.PROLOG_SLURMCTLD_RECORD: record_job,
     hooknames.EPILOG_SLURMCTLD: epilog_slurmctld,
 }
+

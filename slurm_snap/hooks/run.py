@@ -51,6 +51,10 @@ def run_named(config_path: str | None, name: str) -> int:
             return "job did not opt in"
         state["inv"] = _LazyInventory(cfg)
         try:
+            if job.drill is not None:
+                from .drillhooks import DRILL_HOOKS
+
+                return DRILL_HOOKS[name](cfg, state["inv"], job)
             return HOOKS[name](cfg, state["inv"], job)
         except errors.VolumesRefused as exc:
             state["recorded"] = exc.recorded

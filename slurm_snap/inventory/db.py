@@ -24,7 +24,7 @@ from ..errors import InventoryError, InventoryNotInitialised, InventoryNotReadab
 # database's revision with this before their first transaction instead of
 # asking alembic, whose import alone would cost a hook more than its query;
 # a unit test keeps it equal to alembic's head.
-SCHEMA_HEAD = "0012_job_sluid"
+SCHEMA_HEAD = "0013_node_work"
 
 # statfs f_type of filesystems where SQLite's locking and WAL are unsafe.
 NETWORK_FS = {

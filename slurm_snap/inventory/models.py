@@ -18,7 +18,7 @@ from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, 
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from ..states import COPY_OK, PART_CUT, WANT_APP
+from ..states import COPY_OK, NODE_PLANNED, PART_CUT, TASK_PENDING, WANT_APP
 
 
 MYSQL_DIALECTS = ("mysql", "mariadb")
@@ -280,8 +280,78 @@ class RestoreTest(Base):
     time_to_first_step: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     slurm_job_id: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
+    # A drill run as a Slurm job (migration 0013): when it was submitted, how
+    # long it waited before the program started (queue and the nodes' Prologs,
+    # apart from time_to_first_step, which the node measures from the
+    # program's start) and the node the program started on.
+    submitted_at: Mapped[utc_opt]
+    queued_seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
+    ran_on: Mapped[str64] = mapped_column(default="", server_default="")
 
     set: Mapped[SnapshotSet] = relationship(back_populates="restore_tests")
+    nodes: Mapped[list["RestoreNode"]] = relationship(back_populates="test", order_by="RestoreNode.position")
+
+
+class RestoreNode(Base):
+    """One node of a drill run as a Slurm job (migration 0013): its Prolog
+    clones the node-local parts that node holds, its Epilog removes them,
+    and each reports here (through the service on a node), so the drill on
+    the controller learns what happened on the node without reaching it."""
+
+    __tablename__ = "restore_node"
+    __table_args__ = (UniqueConstraint("test_id", "node", name="uq_restore_node"),)
+
+    id: Mapped[intpk]
+    test_id: Mapped[int] = mapped_column(ForeignKey("restore_test.id"), index=True)
+    node: Mapped[str64]
+    # Its place in the drill's node list: position k takes the ranks of the job's node k.
+    position: Mapped[int] = mapped_column(Integer, default=0)
+    # The node-local parts (snapshot ids) cloned there: its own, or copies it holds.
+    snapshot_ids: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    state: Mapped[str] = mapped_column(String(16), default=NODE_PLANNED)   # states.NODE_STATES
+    # A clone that failed because of the set (its snapshot gone), not of the node's setup.
+    blames_set: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    error: Mapped[str] = mapped_column(Text, default="")
+    # The Prolog's time to make this node's clones.
+    seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
+    # What its Epilog reported: "", CLEANED or LEFT (states.NODE_CLEANUPS).
+    cleanup: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    cleanup_error: Mapped[str] = mapped_column(Text, default="")
+    updated_at: Mapped[utc]
+
+    test: Mapped[RestoreTest] = relationship(back_populates="nodes")
+
+
+class NodeTask(Base):
+    """Work on a node's own disk that no job rides on (migration 0013),
+    pulled by that node's agent (nodetasks/): delete a node-local part or a
+    copy (prune); send or receive a part between two nodes (partner copies),
+    the two halves linked by pair_id."""
+
+    __tablename__ = "node_task"
+    __table_args__ = (Index("ix_node_task_node_state", "node", "state"), Index("ix_node_task_set", "set_id"))
+
+    id: Mapped[intpk]
+    node: Mapped[str64]                                   # whose agent does it
+    kind: Mapped[str] = mapped_column(String(16))         # delete | send | receive
+    purpose: Mapped[str] = mapped_column(String(16))      # prune | partner
+    set_id: Mapped[int] = mapped_column(Integer)
+    snapshot_id: Mapped[int] = mapped_column(ForeignKey("snapshot.id"))
+    copy_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)     # delete: a copy, not the part
+    parent_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)   # send: incremental against it
+    peer: Mapped[str64] = mapped_column(default="")       # send: the target node; receive: the source
+    pair_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    address: Mapped[str255] = mapped_column(default="")   # receive: host:port it listens on
+    token: Mapped[str64] = mapped_column(default="")
+    state: Mapped[str] = mapped_column(String(16), default=TASK_PENDING)   # states.TASK_STATES
+    error: Mapped[str] = mapped_column(Text, default="")
+    method: Mapped[str] = mapped_column(String(24), default="")
+    bytes: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
+    seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)
+    created_at: Mapped[utc]
+    updated_at: Mapped[utc]
+
+    snapshot: Mapped["Snapshot"] = relationship()
 
 
 class Event(Base):

@@ -71,6 +71,20 @@ class ReportQueries:
             out.extend(self.s.execute(q).mappings())
         return out
 
+    def report_drill_rows(self, set_ids: Sequence[int]) -> dict[int, Any]:
+        """The newest finished drill of each given set: its result, where the
+        program ran, the queue wait and the time to first step, apart."""
+        out: dict[int, Any] = {}
+        ids = list(set_ids)
+        for i in range(0, len(ids), _IN_CHUNK):
+            q = (select(RestoreTest.id.label("test_id"), RestoreTest.set_id, RestoreTest.result, RestoreTest.ran_on,
+                        RestoreTest.queued_seconds, RestoreTest.time_to_first_step, RestoreTest.finished_at)
+                 .where(RestoreTest.set_id.in_(ids[i:i + _IN_CHUNK]), RestoreTest.result != "RUNNING")
+                 .order_by(RestoreTest.set_id, RestoreTest.id))
+            for m in self.s.execute(q).mappings():
+                out[m["set_id"]] = m   # the last one of its set is the newest
+        return out
+
     def report_job_owners(self, job_ids: Sequence[int]) -> dict[int, set[str]]:
         """Owner names of the given jobs (every run), for the access check of -j."""
         owners: dict[int, set[str]] = {}

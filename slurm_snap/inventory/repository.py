@@ -7,7 +7,8 @@ writes SQL or builds a select. Callers get a Repository inside
   sets.py      snapshot sets, state machine  (coordinator, preemption, repair, prune)
   parts.py     acknowledgements and parts    (barrier, cut, verdict, prune)
   copies.py    node-local parts on other nodes (requeued run's Prolog, show, repair)
-  drills.py    restore drills                (restore-test)
+  drills.py    restore drills and their nodes (restore-test, drill jobs' Prolog/Epilog)
+  nodetasks.py work a node's agent pulls      (prune, partner copies)
   events.py    the event log                 (every step; show)
   failures.py  failure counters              (set transitions; metrics)
   reports.py   report, show, metrics
@@ -31,6 +32,7 @@ from .copies import CopyQueries
 from .drills import DrillQueries
 from .events import EventQueries
 from .failures import FailureQueries
+from .nodetasks import NodeTaskQueries
 from .parts import PartQueries
 from .records import CopyRecord, SetFilter, SnapshotRecord  # noqa: F401 (re-exported)
 from .reports import ReportQueries
@@ -40,7 +42,7 @@ from .sets import SetQueries
 
 
 class Repository(RunQueries, SetQueries, PartQueries, CopyQueries, DrillQueries, EventQueries, FailureQueries,
-                 ReportQueries, ScheduleQueries):
+                 ReportQueries, ScheduleQueries, NodeTaskQueries):
     def __init__(self, session: Session):
         self.s = session
 

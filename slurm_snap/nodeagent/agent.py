@@ -21,9 +21,12 @@ resets it. `--now` (and a hook that just reached the service) ignores it.
 The extension point: PASSES, a tuple of Pass(name, run, needs_service).
 Each run(ctx) returns a PassResult; a pass that finds the service away says
 so in `away`, and the passes after it that need the service are skipped in
-that pass. Today: "deliver-spool". Node tasks pulled from the service
-(deleting node-local parts, drill clones, partner copies without SSH from
-the controller: issue 31) are added here as further passes.
+that pass. Today: "deliver-spool". Node tasks (prune's deletes, partner
+copies: slurm_snap/nodetasks, `slurm-snap node-tasks`) are not a pass here:
+one of theirs may last minutes (a copy streams for up to [restore]
+partner_budget) and a delivery, which a requeued run's Prolog waits for,
+must never wait behind it under this pass's lock; they have a timer of their
+own (etc/slurm-snap-node-tasks.timer; docs/design.md, "Who runs what where").
 """
 from __future__ import annotations
 

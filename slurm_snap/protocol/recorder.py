@@ -30,6 +30,7 @@ from ..clock import utcnow
 from ..errors import BadValueError
 from ..inventory.records import Refusal, SnapshotRecord
 from ..jobrecords import Ack, EarlyDecision, VolumeRecord, preempt_restart
+from ..service import hostops
 from ..spool.records import SpoolEntry
 from .delivery import Delivered, cut_part, deliver
 from .preemptset import as_time, observed_times, open_set
@@ -181,13 +182,7 @@ class RemoteRecorder:
         self.reply_timeout = reply_timeout
 
     def _call(self, op: str, **args):
-        from ..service.client import call
-        from ..service.records import decode_result, encode
-
-        method = getattr(LocalRecorder, OPS_METHODS[op])
-        return decode_result(method, call(self.cfg, op, reply_timeout=self.reply_timeout,
-                                          **{k: encode(v) for k, v in args.items()}),
-                             f"the service's {op} result")
+        return hostops.call(self.cfg, LocalRecorder, OPS_METHODS, op, args, reply_timeout=self.reply_timeout)
 
     def open(self, **kw) -> OpenedSet:
         return self._call("preempt-open", **kw)
@@ -222,14 +217,5 @@ OPS_METHODS = {"preempt-open": "open", "preempt-cutting": "cutting", "preempt-de
                "resume-point": "resume_point", "hook-failed": "hook_failed", "volume-refused": "refused"}
 
 
-def _op(op: str):
-    def run(cfg, **args):
-        from ..inventory.repository import Inventory
-        from ..service.records import decode_call, encode
-
-        method = getattr(LocalRecorder(cfg, Inventory.from_config(cfg)), OPS_METHODS[op])
-        return encode(method(**decode_call(method, args, op)))
-    return run
-
-
-OPS = {op: _op(op) for op in OPS_METHODS}
+# What `serve` runs for them (root only).
+OPS = hostops.served(LocalRecorder, OPS_METHODS)

@@ -32,6 +32,7 @@ class Column:
     get: Getter
     help: str
     needs_snaps: bool = False
+    needs_drills: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,13 @@ def _skew(r: SetRow, s, e: Env) -> str:
     return "" if v is None else f"{v:.3f}"
 
 
+def _drill_secs(key: str) -> Getter:
+    def get(r, s, e) -> str:
+        v = (r.drill or {}).get(key)
+        return "" if v is None else f"{v:.2f}"
+    return get
+
+
 _COLUMNS = (
     Column("JobID", 12, LEFT, lambda r, s, e: r.job_label, "job id, with .RESTART for a requeued run"),
     Column("SetID", 8, RIGHT, _str("set_id"), "snapshot set id (show set:ID); empty for an UNPROTECTED run"),
@@ -147,6 +155,13 @@ _COLUMNS = (
            "the run's RPO objective: its --snapshot-every interval (or the partition's default); empty if none"),
     Column("RPOMet", 6, RIGHT, lambda r, s, e: {None: "", True: "no", False: "yes"}[r.rpo_missed(e.now)],
            "yes when RPO is within Objective; no when past it or nothing is VERIFIED; empty without an objective"),
+    Column("DrillNode", 10, RIGHT, lambda r, s, e: (r.drill or {}).get("ran_on") or "",
+           "newest drill: the compute node its program started on", needs_drills=True),
+    Column("DrillQueue", 10, RIGHT, _drill_secs("queued_seconds"),
+           "newest drill: its submission -> the program's start (the queue and the nodes' Prologs)",
+           needs_drills=True),
+    Column("FirstStep", 10, RIGHT, _drill_secs("time_to_first_step"),
+           "newest drill: the program's start -> its first step, on the node", needs_drills=True),
     Column("Survives", 8, RIGHT, _survives, "yes when every node-local part has a copy on another node (the "
            "set survives the loss of any one node), no when one has not; empty without node-local parts; "
            "per part with --snapshots", needs_snaps=True),

@@ -75,6 +75,10 @@ def set_doc(r: SetRow, now: dt.datetime) -> dict[str, Any]:
         "regions": r.regions(),
         "survives_node_loss": r.survives_node_loss(),
         "snapshots": [snapshot_doc(s) for s in r.snaps],
+        "drill": None if r.drill is None else {
+            "test_id": r.drill["test_id"], "result": r.drill["result"], "ran_on": r.drill["ran_on"] or None,
+            "queued_seconds": r.drill["queued_seconds"], "time_to_first_step": r.drill["time_to_first_step"],
+            "finished_at": iso_utc(r.drill["finished_at"])},
     }
 
 

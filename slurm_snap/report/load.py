@@ -1,7 +1,8 @@
 """Fetch what report prints: the sets, their RPO bases, their parts when needed.
 
 Three indexed queries whatever the window: the sets, the newest verified cut of
-the jobs among them, and (only if a column or --json needs them) their parts.
+the jobs among them, and (only if a column or --json needs them) their parts
+and their newest drills.
 """
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from ..inventory.repository import SetFilter
 from .rows import UNPROTECTED, SetRow, order_key, unprotected_row
 
 
-def load_rows(repo, f: SetFilter, *, need_snaps: bool, need_parts: bool = True) -> list[SetRow]:
+def load_rows(repo, f: SetFilter, *, need_snaps: bool, need_parts: bool = True,
+              need_drills: bool = False) -> list[SetRow]:
     rows = [SetRow(m=dict(m)) for m in repo.report_set_rows(f, with_parts=need_parts)]
     if not f.states or UNPROTECTED in f.states:
         # Runs the Prolog left unprotected have no set: without these lines
@@ -31,5 +33,9 @@ def load_rows(repo, f: SetFilter, *, need_snaps: bool, need_parts: bool = True) 
             by_set.setdefault(s["set_id"], []).append(dict(s))
         for r in rows:
             r.snaps = by_set.get(r.m["set_id"], [])
+    if need_drills:
+        drills = repo.report_drill_rows([r.m["set_id"] for r in rows if r.m["set_id"] is not None])
+        for r in rows:
+            r.drill = drills.get(r.m["set_id"])
     return rows
 

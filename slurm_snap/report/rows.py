@@ -30,6 +30,7 @@ class SetRow:
     rpo_base: dt.datetime | None = None
     snaps: list = field(default_factory=list)
     refused: list = field(default_factory=list)   # inventory.records.Refusal of the run
+    drill: Mapping[str, Any] | None = None        # the set's newest finished drill (report_drill_rows)
 
     @property
     def job_label(self) -> str:

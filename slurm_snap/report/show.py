@@ -193,6 +193,8 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequen
         ttfs = "-" if t.time_to_first_step is None else f"{t.time_to_first_step:.3f} s"
         out.append(f"  #{t.id} {t.result} started {precise(t.started_at, tz)} finished {precise(t.finished_at, tz)} "
                    f"first step {'-' if t.first_step is None else t.first_step} after {ttfs}"
+                   + (f" on {t.ran_on}" if t.ran_on else "")
+                   + (f" (queued {t.queued_seconds:.2f} s)" if t.queued_seconds is not None else "")
                    + (f"  slurm job {t.slurm_job_id}" if t.slurm_job_id else "")
                    + (f"  reason: {t.reason}" if t.reason else ""))
     if not tests:
@@ -282,7 +284,11 @@ def show_doc(st, events: Sequence, *, refused: Sequence = (), copies: Sequence =
         "restore_tests": [{"id": t.id, "result": t.result, "started_at": iso_utc(t.started_at),
                            "finished_at": iso_utc(t.finished_at), "first_step": t.first_step,
                            "time_to_first_step": t.time_to_first_step, "reason": t.reason,
-                           "slurm_job_id": t.slurm_job_id} for t in st.restore_tests],
+                           "slurm_job_id": t.slurm_job_id, "ran_on": t.ran_on or None,
+                           "queued_seconds": t.queued_seconds,
+                           "nodes": [{"node": n.node, "state": n.state, "error": n.error or None,
+                                      "cleanup": n.cleanup or None} for n in t.nodes]}
+                          for t in st.restore_tests],
         "events": [{"at": iso_utc(e.at), "level": e.level, "node": e.node, "kind": e.kind, "message": e.message}
                    for e in events],
     }

@@ -9,15 +9,17 @@ sets count for RPO, so a set whose latest drill failed stops counting at once.
 The drill is in parts, each its own file: what it will do (plan.py, with
 placement.py for where its ranks run), the crash journal it keeps
 (journal.py), its verdict and record (outcome.py), and the sweep after
-drills that did not finish (sweep.py). This file runs one: bring the parts a
-placed drill needs, clone, run the command (here, or as a Slurm job of the
-owner: submit.py), judge, clean up.
+drills that did not finish (sweep.py). This file runs one.
 
-Placed on other nodes, each rank's node-local part is first brought to its
-drill node and cloned there; a part that cannot be brought fails the drill
-with the part named: a drill that ran without a rank's state would prove
-nothing. Every copy brought and every clone is listed in the journal with
-its node before it is made, and removed on that node after.
+By default ([restore] mode = "job") the program runs as a Slurm job of the
+owner on the nodes that hold the set's node-local parts (submit.py), never
+on this host: the job's Prolog clones those parts on each node
+(onnode.py), the shared parts are cloned here, into the namespace the nodes
+see. Placed on other nodes (--other-nodes, --nodelist), each rank's
+node-local part is first brought to its drill node; a part that cannot be
+brought fails the drill with the part named: a drill that ran without a
+rank's state would prove nothing. The local mode (single-host sites) makes
+every clone and runs the program in this process.
 
 Order matters for crash safety: the RestoreTest row (RUNNING, with its
 namespace) is committed first and the journal is written before every clone,
@@ -27,6 +29,7 @@ by a drill that finished.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -40,12 +43,14 @@ from ..protocol import nodelocal
 from . import namespace as nsmod
 from .guard import check_target
 from .journal import Clone, Copy, Journal, JournalFile
-from .outcome import Outcome, record, verdict
+from .outcome import Outcome, judge_job, record, verdict
 from .parts import BackendFor, backend_resolver, ref_from_row
 from .placement import Placement, usable_nodes as slurm_usable_nodes
 from .plan import Plan, make_plan
 from .runner import run_program
 from .live import LiveDrills
+from .nodeops import clone_path
+from .submit import where_for
 from .sweep import Sweep
 
 log = logging.getLogger(__name__)
@@ -97,21 +102,27 @@ class Drill:
                              backend_on=backend_on, live=self.live)
 
     def plan(self, selector: str, *, command: str | None = None, deadline: float | None = None,
-             target: str | None = None, placement: Placement | None = None) -> Plan:
+             target: str | None = None, placement: Placement | None = None, on_job: bool | None = None) -> Plan:
+        if on_job is None:
+            on_job = self.cfg.restore.mode == "job"
         return make_plan(self.cfg, self.inv, self.caller, selector, command=command, deadline=deadline,
-                         target=target, placement=placement, usable=self.usable_nodes)
+                         target=target, placement=placement, usable=self.usable_nodes, on_job=on_job)
 
     def run(self, selector: str, *, command: str | None = None, deadline: float | None = None,
             target: str | None = None, keep: bool = False, submit: bool = False, wait: bool = True,
-            placement: Placement | None = None) -> Outcome:
-        plan = self.plan(selector, command=command, deadline=deadline, target=target, placement=placement)
-        if plan.placed is not None:
-            submit = True   # the command must run on the drill's nodes: Slurm puts it there
-        if not wait and not submit:
-            raise errors.UsageError("not waiting only makes sense with --submit")
-        if submit and self.submitter is None:
-            raise errors.ConfigError(path=self.cfg.path, key="restore-test --submit", why="no Slurm submitter")
-        self.sweeper.sweep()
+            placement: Placement | None = None, sweep: bool = True) -> Outcome:
+        """One drill: as a Slurm job of the owner unless [restore] mode is
+        "local" (then `submit` asks for a job all the same). `sweep=False`:
+        the caller swept already (the schedule runner, once per pass, before
+        its drills' threads: two sweeps must not collect one drill twice)."""
+        plan = self.plan(selector, command=command, deadline=deadline, target=target, placement=placement,
+                         on_job=submit or self.cfg.restore.mode == "job")
+        if not wait and not plan.on_job:
+            raise errors.UsageError("not waiting only makes sense for a drill run as a Slurm job")
+        if plan.on_job and self.submitter is None:
+            raise errors.ConfigError(path=self.cfg.path, key="restore.mode", why="a drill job needs a Slurm submitter")
+        if sweep:
+            self.sweeper.sweep()
         with self.inv.session() as repo:
             busy = repo.running_restore_tests(plan.set_id)
             if busy:
@@ -121,13 +132,20 @@ class Drill:
             test_id = rt.id
             ns = nsmod.namespace_path(plan.base, plan.set_id, test_id)
             repo.set_restore_test_target(test_id, ns)
-            repo.event("restore_test", f"restore test {test_id} of set {plan.set_id} started in {ns}",
+            if plan.positions:
+                # With the test, so a drill job's Prolog never finds one without its nodes.
+                repo.plan_restore_nodes(test_id, [(p.node, list(p.snapshot_ids)) for p in plan.positions])
+            repo.event("restore_test", f"restore test {test_id} of set {plan.set_id} started in {ns}"
+                       + (f", on {','.join(p.node for p in plan.positions)}" if plan.positions else ""),
                        job_id=plan.job_id, set_id=plan.set_id)
         outcome = Outcome(set_id=plan.set_id, job_id=plan.job_id, test_id=test_id, passed=False, reason="",
-                          namespace=ns, kept=keep, nodes=list(plan.placed.nodes) if plan.placed else [])
+                          namespace=ns, kept=keep, nodes=[p.node for p in plan.positions])
         self.live.add(test_id)
         try:
-            self._drill(plan, outcome, submit, wait)
+            if plan.on_job:
+                self._drill_job(plan, outcome, wait)
+            else:
+                self._drill(plan, outcome)
         except BaseException as exc:
             # Our setup, the network or an interruption, not the set: close the
             # test, remove the clones, leave the set's state alone.
@@ -146,79 +164,122 @@ class Drill:
         if outcome.pending:
             return outcome  # collected later by sweep() (restore-test --collect, or the next drill)
         if not keep:
-            outcome.cleanup_errors = self.sweeper.remove(ns, plan.snapshots)
+            outcome.cleanup_errors = outcome.cleanup_errors + self.sweeper.remove(ns, plan.snapshots)
         record(self.inv, outcome)
         return outcome
 
-    def _drill(self, plan: Plan, out: Outcome, submit: bool, wait: bool = True) -> None:
-        ns = out.namespace
-        marker_dir = nsmod.make_namespace(plan.base, ns, plan.creds.uid, plan.creds.gid,
+    def _start(self, plan: Plan, out: Outcome) -> tuple[str, JournalFile]:
+        """The namespace, its marker directory and the journal (before anything is made)."""
+        marker_dir = nsmod.make_namespace(plan.base, out.namespace, plan.creds.uid, plan.creds.gid,
                                           base_must_be_ours=plan.base_must_be_ours)
+        nodes = tuple(p.node for p in plan.positions) or (tuple(plan.placed.nodes) if plan.placed else ())
+        return marker_dir, JournalFile(out.namespace, Journal(
+            set_id=plan.set_id, test_id=out.test_id, host=nsmod.this_host(), pid=os.getpid(),
+            started_at=utcnow().isoformat(), nodes=nodes))
+
+    def _clone_shared(self, plan: Plan, snap, *, several: bool, jf: JournalFile, out: Outcome,
+                      restore_map: dict[str, str]) -> str | None:
+        """A clone made here (`several`: its class has parts on several nodes),
+        entered in restore_map under the volume's path (node:path once that is
+        taken); None (out.reason says why) when the set's snapshot failed it."""
+        name = nsmod.clone_name(snap.volume.volume_class, snap.node, several)
+        try:
+            got = self._clone(self.backend_for(snap), snap, name, plan, jf)
+        except NOT_THE_SETS_FAULT:
+            raise
+        except errors.SnapError as exc:
+            out.reason = f"clone of {snap.volume.path} from snapshot {snap.ref} failed: {exc}"
+            return None
+        key = snap.volume.path if snap.volume.path not in restore_map else f"{snap.node}:{snap.volume.path}"
+        restore_map[key] = got
+        return got
+
+    def _drill(self, plan: Plan, out: Outcome) -> None:
+        """The local mode ([restore] mode = "local", single-host sites): every
+        clone made and the program run by this process, on this host."""
+        marker_dir, jf = self._start(plan, out)
         marker = os.path.join(marker_dir, nsmod.MARKER_FILE)
-        placed = plan.placed
-        jf = JournalFile(ns, Journal(set_id=plan.set_id, test_id=out.test_id, host=nsmod.this_host(),
-                                     pid=os.getpid(), started_at=utcnow().isoformat(),
-                                     nodes=tuple(placed.nodes) if placed is not None else ()))
         nodes_per_class: dict[str, set] = {}
         progress.phase("clone", total=len(plan.snapshots))
         for snap in plan.snapshots:
             nodes_per_class.setdefault(snap.volume.volume_class, set()).add(snap.node)
         restore_map: dict[str, str] = {}
         per_class: dict[str, str] = {}
-        if placed is not None and not self._bring(plan, out, jf):
-            return
         for snap in plan.snapshots:
             vclass = snap.volume.volume_class
-            on = placed.target.get(snap.id) if placed is not None else None
-            # Placed: each node holds one clone of its class at the same path
-            # (next to the snapshot, on the node's own disk), as each node
-            # holds its own live scratch at the same path.
-            name = vclass if on else nsmod.clone_name(vclass, snap.node, len(nodes_per_class[vclass]) > 1)
-            try:
-                if on:
-                    got = self._clone_on(on, snap, name, plan, jf)
-                else:
-                    got = self._clone(self.backend_for(snap), snap, name, plan, jf)
-            except NOT_THE_SETS_FAULT:
-                raise
-            except errors.SnapError as exc:
-                where = f" on {on}" if on else ""
-                out.reason = f"clone of {snap.volume.path} from snapshot {snap.ref}{where} failed: {exc}"
+            got = self._clone_shared(plan, snap, several=len(nodes_per_class[vclass]) > 1, jf=jf, out=out,
+                                     restore_map=restore_map)
+            if got is None:
                 return
-            key = snap.volume.path if snap.volume.path not in restore_map else f"{snap.node}:{snap.volume.path}"
-            restore_map[key] = got
             progress.advance()
             per_class.setdefault(vclass, got)
         out.restore_map = restore_map
         env = program_env(plan.owner, restore_map, per_class, marker, plan.set_id, plan.checkpoint_step)
-        if placed is not None:
-            # Which of the job's nodes each drill node stands in for.
-            env["SLURM_SNAP_RESTORE_NODES"] = json.dumps(placed.node_map, sort_keys=True)
-        progress.phase("drill job" if submit else "resume command")
-        if submit:
-            def submitted(job_id: int) -> None:
-                out.slurm_job_id = job_id
-                jf.record(jf.current.submitted(job_id, detached=not wait, deadline=plan.deadline,
-                                               checkpoint_step=plan.checkpoint_step))
-                with self.inv.session() as repo:
-                    repo.set_restore_test_job(out.test_id, job_id)
-
-            where = {"nodes": placed.nodes} if placed is not None else {}
-            if not wait:
-                submitted(self.submitter.submit(argv=plan.argv, env=env, marker_dir=marker_dir, marker_file=marker,
-                                                deadline=plan.deadline, owner=plan.owner, creds=plan.creds,
-                                                job_name=f"slurm-snap-restore-{plan.set_id}", **where))
-                out.pending = True
-                return
-            result = self.submitter.run(argv=plan.argv, env=env, marker_dir=marker_dir, marker_file=marker,
-                                        deadline=plan.deadline, owner=plan.owner, creds=plan.creds,
-                                        job_name=f"slurm-snap-restore-{plan.set_id}", on_submitted=submitted,
-                                        **where)
-        else:
-            result = run_program(plan.argv, env=env, cwd=marker_dir, deadline=plan.deadline,
-                                 marker_file=marker, creds=plan.creds if os.geteuid() == 0 else None)
+        progress.phase("resume command")
+        result = run_program(plan.argv, env=env, cwd=marker_dir, deadline=plan.deadline,
+                             marker_file=marker, creds=plan.creds if os.geteuid() == 0 else None)
         out.passed, out.reason = verdict(result, plan.checkpoint_step, plan.deadline)
         out.first_step, out.time_to_first_step = result.first_step, result.time_to_first_step
+
+    def _drill_job(self, plan: Plan, out: Outcome, wait: bool) -> None:
+        """The default: shared parts cloned here, node-local ones by the drill
+        job's Prolog on the nodes that hold them (restore/onnode.py); the
+        program runs as a Slurm job of the owner on those nodes, never here."""
+        marker_dir, jf = self._start(plan, out)
+        marker = os.path.join(marker_dir, nsmod.MARKER_FILE)
+        placed = plan.placed
+        if placed is not None and not self._bring(plan, out, jf):
+            return
+        restore_map: dict[str, str] = {}
+        per_class: dict[str, str] = {}
+        shared_per_class: dict[str, int] = {}
+        for snap in plan.snapshots:
+            if snap.volume.scope != "node-local":
+                shared_per_class[snap.volume.volume_class] = shared_per_class.get(snap.volume.volume_class, 0) + 1
+        for snap in plan.snapshots:
+            vclass = snap.volume.volume_class
+            if snap.volume.scope == "node-local":
+                # Made by the Prolog of the node holding it, at the same path
+                # on every node, as the live scratch is: never onto live data.
+                got = clone_path(snap.ref, out.namespace, vclass)
+                check_target(os.path.dirname(got), plan.live, self.cfg, protected=plan.protected)
+                restore_map.setdefault(snap.volume.path, got)
+            else:
+                got = self._clone_shared(plan, snap, several=shared_per_class[vclass] > 1, jf=jf, out=out,
+                                         restore_map=restore_map)
+                if got is None:
+                    return
+            per_class.setdefault(vclass, got)
+        out.restore_map = restore_map
+        env = program_env(plan.owner, restore_map, per_class, marker, plan.set_id, plan.checkpoint_step)
+        if plan.positions:
+            # Which of the job's nodes each drill node stands in for.
+            env["SLURM_SNAP_RESTORE_NODES"] = json.dumps({p.stands_for: p.node for p in plan.positions},
+                                                         sort_keys=True)
+        where = dataclasses.replace(where_for(self.cfg, plan, partition=self.submitter.partition),
+                                    test_id=out.test_id)
+        submitted_at = utcnow()
+
+        def submitted(job_id: int) -> None:
+            out.slurm_job_id = job_id
+            jf.record(jf.current.submitted(job_id, detached=not wait, deadline=plan.deadline,
+                                           checkpoint_step=plan.checkpoint_step))
+            try:
+                with self.inv.session() as repo:
+                    repo.set_restore_test_job(out.test_id, job_id, submitted_at=submitted_at)
+            except errors.Conflict:
+                self.submitter.cancel(job_id)   # another job claimed the drill: ours runs nothing of it
+                raise
+
+        progress.phase("drill job")
+        job = dict(argv=plan.argv, env=env, marker_dir=marker_dir, marker_file=marker, deadline=plan.deadline,
+                   owner=plan.owner, creds=plan.creds, job_name=f"slurm-snap-restore-{plan.set_id}", where=where)
+        if not wait:
+            submitted(self.submitter.submit(**job))
+            out.pending = True
+            return
+        result = self.submitter.run(**job, on_submitted=submitted)
+        judge_job(self.inv, out, result, plan.checkpoint_step, plan.deadline)
 
     def _clone(self, backend, snap, name: str, plan: Plan, jf: JournalFile) -> str:
         """Clone into the namespace; if the backend's tool fails there (e.g. the
@@ -284,22 +345,6 @@ class Drill:
             out.reason = "node-local state not brought to the drill's nodes: " + "; ".join(failed)
             return False
         return True
-
-    def _clone_on(self, node: str, snap, name: str, plan: Plan, jf: JournalFile) -> str:
-        """A placed clone: on `node`, next to the snapshot (or the copy brought
-        there, at the same path), never in the shared namespace."""
-        backend = self.backend_on(snap.volume.volume_class, node)
-        if not snap.ref.startswith("/") or "mkdir" not in backend.tools:
-            raise errors.Unsupported(backend=backend.name, verb="a clone placed on another node")
-        alt = nsmod.alt_namespace(snap.ref, jf.ns)
-        check_target(alt, plan.live, self.cfg, protected=plan.protected)
-        path = os.path.join(alt, name)
-        # Before the clone exists: cleanup must know it may.
-        jf.record(jf.current.with_namespace(alt).with_clone(
-            Clone(snapshot_id=snap.id, path=path, ns=alt, live=snap.volume.path,
-                  volume_class=snap.volume.volume_class, node=snap.node, on=node)))
-        backend.mkdir_p(alt)
-        return backend.clone(ref_from_row(snap), path)
 
     def _abandon(self, plan: Plan, out: Outcome, reason: str) -> None:
         """Close a test that did not finish; clones go, the set's state stays."""

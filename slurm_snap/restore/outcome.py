@@ -30,8 +30,10 @@ class Outcome:
     cleanup_errors: list = field(default_factory=list)
     slurm_job_id: int | None = None
     pending: bool = False   # submitted with --no-wait: no verdict yet
-    nodes: list = field(default_factory=list)    # placed drills: where the ranks ran
+    nodes: list = field(default_factory=list)    # drill jobs: where the ranks ran, by position
     moved: list = field(default_factory=list)    # placed drills: one line per part brought
+    queued_seconds: float | None = None          # drill jobs: submission -> the program's start
+    ran_on: str = ""                             # drill jobs: the node the program started on
 
 
 def verdict(result: RunResult, checkpoint_step: int | None, deadline: float) -> tuple[bool, str]:
@@ -59,6 +61,70 @@ def verdict(result: RunResult, checkpoint_step: int | None, deadline: float) -> 
     return False, f"exit status {status} before the first step" + tail
 
 
+@dataclass(frozen=True)
+class NodeWord:
+    """What a drill job's node reported (restore_node), as the verdict reads it."""
+    node: str
+    state: str
+    error: str = ""
+    blames_set: bool = False
+    cleanup: str = ""
+    cleanup_error: str = ""
+
+
+def node_failure(nodes: list[NodeWord]) -> tuple[str, bool] | None:
+    """Why the drill job's nodes could not run the program, and whether that
+    is the set's fault (a snapshot the Prolog could not clone); None when
+    every node made its clones. A node that never reported is no fault of
+    the set (its Prolog did not run, or could not reach the service)."""
+    failed = [n for n in nodes if n.state == S.NODE_FAILED]
+    if failed:
+        return "; ".join(n.error or f"the Prolog on {n.node} failed" for n in failed), any(n.blames_set for n in failed)
+    silent = [n.node for n in nodes if n.state == S.NODE_PLANNED]
+    if silent:
+        return (f"the Prolog on {', '.join(silent)} never reported its clones (is the slurm-snap Prolog "
+                "configured there, and the service reachable?)"), False
+    return None
+
+
+def left_on_nodes(nodes: list[NodeWord]) -> list[str]:
+    """Cleanup errors: nodes whose Epilog did not say every clone is gone."""
+    out = []
+    for n in nodes:
+        if n.cleanup != S.NODE_CLEANED and n.state != S.NODE_PLANNED:
+            why = n.cleanup_error or "its Epilog never reported"
+            out.append(f"clones on {n.node}: {why} (its Epilog or the node agent removes them)")
+    return out
+
+
+def judge_job(inventory, out: Outcome, result: RunResult, checkpoint_step: int | None, deadline: float) -> None:
+    """A drill job's verdict into `out`: the nodes' reports first (a node
+    that could not prepare decides; if not for the set's fault the drill is
+    abandoned: errors.BackendError), then the program's result; the queue
+    wait and the node it ran on; what the Epilogs left."""
+    from .. import errors
+
+    with inventory.session(readonly=True) as repo:
+        rt = repo.restore_test(out.test_id)
+        words = [NodeWord(node=n.node, state=n.state, error=n.error, blames_set=n.blames_set, cleanup=n.cleanup,
+                          cleanup_error=n.cleanup_error) for n in repo.restore_nodes(out.test_id)]
+        submitted = rt.submitted_at
+    out.nodes = out.nodes or [w.node for w in words]
+    out.cleanup_errors = out.cleanup_errors + left_on_nodes(words)
+    failure = node_failure(words)
+    if failure is not None:
+        why, blames = failure
+        if not blames:
+            raise errors.BackendError(backend="restore drill", why=why)
+        out.passed, out.reason = False, why
+        return
+    out.passed, out.reason = verdict(result, checkpoint_step, deadline)
+    out.first_step, out.time_to_first_step = result.first_step, result.time_to_first_step
+    out.ran_on = result.host
+    if submitted is not None and result.started_at is not None:
+        out.queued_seconds = max(0.0, round(result.started_at - submitted.timestamp(), 6))
+
+
 def _tail(stderr: str) -> str:
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()][-3:]
     return f"; stderr: {' | '.join(lines)[-600:]}" if lines else ""
@@ -72,7 +138,8 @@ def record(inventory, out: Outcome) -> None:
     with inventory.session() as repo:
         repo.finish_restore_test(out.test_id, passed=out.passed, first_step=out.first_step,
                                  time_to_first_step=out.time_to_first_step, reason=out.reason,
-                                 slurm_job_id=out.slurm_job_id)
+                                 slurm_job_id=out.slurm_job_id, queued_seconds=out.queued_seconds,
+                                 ran_on=out.ran_on)
         st = repo.get_set(set_id)
         if st.state not in S.RESTORABLE:
             # Pruned (or otherwise moved on) while we ran: record the test only.
@@ -89,6 +156,8 @@ def record(inventory, out: Outcome) -> None:
                             reason=f"restore test {out.test_id}: {out.reason}"[:4000])
         msg = (f"restore test {out.test_id} of set {set_id}: "
                + (f"PASSED, first step {out.first_step} after {out.time_to_first_step:.2f} s"
+                  + (f" on {out.ran_on}" if out.ran_on else "")
+                  + (f" (queued {out.queued_seconds:.1f} s)" if out.queued_seconds is not None else "")
                   if out.passed else f"FAILED: {out.reason}"))
         if out.cleanup_errors:
             msg += f"; cleanup left: {'; '.join(out.cleanup_errors)}"

@@ -1,4 +1,10 @@
-"""Where a placed drill's ranks run, and what must be brought there first.
+"""Where a drill's ranks run, and (placed on other nodes) what must be brought there first.
+
+A drill runs as a Slurm job on the nodes that hold the set's node-local
+parts (`positions`): position k of the drill job takes the ranks of the
+job's node k, on that node, or on a node that holds a copy of its parts
+(a partner copy: the schedule runner's drills prefer those, so the drill
+proves the copy a node's loss would need). Nothing moves for that.
 
 Placed on other nodes (restore-test --other-nodes / --nodelist, and the
 schedule runner's drills with partner copies), a drill proves the hard case
@@ -30,6 +36,23 @@ class Placement:
     nodes: tuple[str, ...] = ()
     prefer_copies: bool = False
     only_node_local: bool = False
+    # --other-nodes: usable nodes that cut nothing of the set (when `nodes` is empty).
+    other_nodes: bool = False
+
+    @property
+    def moves(self) -> bool:
+        """On nodes that hold nothing of the set yet: the parts are brought there first."""
+        return bool(self.nodes) or self.other_nodes
+
+
+@dataclass(frozen=True)
+class Position:
+    """One node of a drill job: `node` stands in for the job's node
+    `stands_for` and clones the node-local parts `snapshot_ids` (its own,
+    or copies it holds, at their original's path)."""
+    node: str
+    stands_for: str
+    snapshot_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -109,3 +132,49 @@ def place(snapshots, old_nodes: list[str], acks, copies, placement: Placement,
         target[s.id] = news[0]
     node_map = {o: nodes[k] for k, o in enumerate(old_nodes)}
     return Placed(nodes=nodes, node_map=node_map, moves=moves, unplaceable=unplaceable, target=target)
+
+
+def positions(snapshots, job_nodes: list[str], copies, *, prefer_copies: bool,
+              usable: Callable[[], list[str]]) -> list[Position]:
+    """The drill job's nodes, by the job's position: for each of the job's
+    nodes, a usable node that holds every node-local part cut there (the
+    node itself, or one with a complete copy of them all; with
+    `prefer_copies` a copy first), never one node for two positions. Raises
+    Conflict (no fault of the set: the drill is retried) when a position
+    has no such node; [] for a set without node-local parts."""
+    local = [s for s in snapshots if s.volume.scope == "node-local"]
+    if not local:
+        return []
+    job_nodes = list(job_nodes) or sorted({s.node for s in local})
+    held: dict[int, set[str]] = {}
+    for c in copies:
+        held.setdefault(c.snapshot_id, set()).add(c.node)
+    lost = {s.node for s in local if s.state == S.PART_LOST}
+    # Only a choice needs Slurm's word (one sinfo): without copies every
+    # position is its own node, and a node that is down keeps the drill job
+    # queued until [restore] queue_timeout abandons it.
+    up = set(usable()) if held else {s.node for s in local} | set(job_nodes)
+    out: list[Position] = []
+    taken: set[str] = set()
+    for o in job_nodes:
+        parts = [s for s in local if s.node == o]
+        holders = set.intersection(*(held.get(s.id, set()) for s in parts)) if parts else set()
+        own = [o] if o not in lost else []
+        order = sorted(holders - lost) + own if prefer_copies else own + sorted(holders - lost)
+        choice = next((n for n in order if n in up and n not in taken), None)
+        if choice is None:
+            raise errors.Conflict(f"no usable node holds the node-local parts of the job's node {o} "
+                                  f"(held on {', '.join(order) or 'none'}; usable: {', '.join(sorted(up)) or 'none'})")
+        taken.add(choice)
+        out.append(Position(node=choice, stands_for=o, snapshot_ids=tuple(s.id for s in parts)))
+    return out
+
+
+def positions_of(placed: Placed, snapshots) -> list[Position]:
+    """A placement on other nodes as the drill job's positions: each node
+    clones the parts targeted at it (after they are brought there)."""
+    local = [s for s in snapshots if s.volume.scope == "node-local"]
+    old = {v: k for k, v in placed.node_map.items()}
+    return [Position(node=n, stands_for=old.get(n, ""),
+                     snapshot_ids=tuple(s.id for s in local if placed.target.get(s.id) == n))
+            for n in placed.nodes]

@@ -17,7 +17,7 @@ from .. import errors
 from ..access import Caller, is_operator, require_owner_or_operator
 from .. import states as S
 from .guard import check_caller_may_write, check_residency, check_target
-from .placement import Placed, Placement, place, usable_nodes
+from .placement import Placed, Placement, Position, place, positions, positions_of, usable_nodes
 from .runner import Credentials
 
 
@@ -40,6 +40,14 @@ class Plan:
     # (when allowed) the owner names is theirs to vouch for.
     base_must_be_ours: bool = True
     placed: Placed | None = None
+    # A drill run as a Slurm job: its nodes by the job's position ([]: the
+    # set has no node-local parts, any node of the partition will do), the
+    # job's node count, partition and recorded options (its GRES).
+    on_job: bool = False
+    positions: list[Position] = field(default_factory=list)
+    job_nodes: list = field(default_factory=list)
+    partition: str = ""
+    options: dict = field(default_factory=dict)
 
 
 def parse_command(command: str) -> list[str]:
@@ -76,7 +84,7 @@ def owner_credentials(uid: int, name: str) -> tuple[pwd.struct_passwd, Credentia
 
 def make_plan(cfg, inventory, caller: Caller, selector: str, *, command: str | None = None,
               deadline: float | None = None, target: str | None = None, placement: Placement | None = None,
-              usable: Callable[[], list[str]] = usable_nodes) -> Plan:
+              usable: Callable[[], list[str]] = usable_nodes, on_job: bool = False) -> Plan:
     """Everything a drill needs to know before it touches anything, checked:
     who may drill the set, its state and label, the command and as whom it
     runs, where the clones go (never onto live data), and (placed) on which
@@ -129,11 +137,20 @@ def make_plan(cfg, inventory, caller: Caller, selector: str, *, command: str | N
         if deadline <= 0:
             raise errors.BadValueError(what="deadline", value=deadline, why="must be positive")
         placed = None
-        if placement is not None and not (placement.only_node_local and
-                                          not any(s.volume.scope == "node-local" for s in snapshots)):
+        if placement is not None and placement.moves and not (
+                placement.only_node_local and not any(s.volume.scope == "node-local" for s in snapshots)):
             placed = place(snapshots, list(run.nodes or []), repo.acks(st.id),
                            repo.copies(st.id, states=(S.COPY_OK,)), placement, usable)
+            on_job = True   # the command must run on the drill's nodes: Slurm puts it there
+        where: list[Position] = []
+        if placed is not None:
+            where = positions_of(placed, snapshots)
+        elif on_job:
+            where = positions(snapshots, list(run.nodes or []), repo.copies(st.id, states=(S.COPY_OK,)),
+                              prefer_copies=bool(placement and placement.prefer_copies), usable=usable)
         return Plan(set_id=st.id, job_id=st.job_id, job_label=run.label, command=command, argv=argv,
                     deadline=deadline, base=base, checkpoint_step=st.checkpoint_step, owner=owner,
                     creds=creds, snapshots=snapshots, live=live, protected=protected,
-                    base_must_be_ours=target is None, placed=placed)
+                    base_must_be_ours=target is None, placed=placed, on_job=on_job, positions=where,
+                    job_nodes=list(run.nodes or []), partition=run.partition or "",
+                    options=dict(run.options or {}))

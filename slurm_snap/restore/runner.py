@@ -49,6 +49,10 @@ class RunResult:
     stdout_tail: list[str] = field(default_factory=list)
     stderr_tail: str = ""
     error: str = ""
+    # Where and when (epoch seconds) the program started: a drill job's node
+    # (restore/injob.py); the queue wait is the time from the submission to it.
+    host: str = ""
+    started_at: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -127,6 +131,7 @@ def run_program(argv: Sequence[str], *, env: Mapping[str, str], cwd: str, deadli
     if creds is not None:
         kwargs = {"user": creds.uid, "group": creds.gid, "extra_groups": list(creds.groups)}
     start = time.monotonic()
+    result.started_at = time.time()
     try:
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=dict(env), cwd=cwd, close_fds=True,

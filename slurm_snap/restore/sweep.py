@@ -24,8 +24,7 @@ from ..clock import utcnow
 from . import journal as journal_mod
 from . import namespace as nsmod
 from .live import LiveDrills
-from .outcome import Outcome, record, verdict
-from .runner import RunResult
+from .outcome import Outcome, judge_job, record
 
 # A RUNNING test without a journal younger than this may still be setting up.
 STALE_AFTER = 120.0
@@ -114,20 +113,27 @@ class Sweep:
         except errors.SnapError as exc:
             return [f"restore test {test_id}: cannot ask Slurm about job {job}: {exc}"]
         deadline = float(journal.deadline or self.cfg.timeouts.restore)
-        if not done:
-            started = dt.datetime.fromisoformat(journal.started_at)
-            if (utcnow() - started).total_seconds() < self.submitter.queue_timeout + deadline + 30:
-                return [f"restore test {test_id}: Slurm job {job} is {last}"]
-            self.submitter.cancel(job)
-            result = RunResult(started=last == "RUNNING", timed_out=True,
-                               error=f"deadline: Slurm job {job} did not finish in time (last state {last})")
-        else:
-            result = self.submitter.result(job, os.path.join(ns, nsmod.MARKER_DIR), last)
         out = Outcome(set_id=set_id, job_id=0, test_id=test_id, passed=False, reason="", namespace=ns,
                       slurm_job_id=job)
-        out.passed, out.reason = verdict(result, journal.checkpoint_step, deadline)
-        out.first_step, out.time_to_first_step = result.first_step, result.time_to_first_step
-        out.cleanup_errors = self.remove(ns, rows)
+        try:
+            if not done:
+                started = dt.datetime.fromisoformat(journal.started_at)
+                if (utcnow() - started).total_seconds() < self.submitter.wait_bound(deadline):
+                    return [f"restore test {test_id}: Slurm job {job} is {last}"]
+                self.submitter.cancel(job)
+                result = self.submitter.overdue(job, last, deadline)
+            else:
+                result = self.submitter.result(job, os.path.join(ns, nsmod.MARKER_DIR), last)
+            judge_job(self.inv, out, result, journal.checkpoint_step, deadline)
+        except errors.SnapError as exc:
+            # Not the set's fault (the queue, a node's setup): close the test, keep the set's state.
+            errs = self.remove(ns, rows)
+            with self.inv.session() as repo:
+                repo.finish_restore_test(test_id, passed=False, first_step=None, time_to_first_step=None,
+                                         reason=f"drill aborted: {exc}" + (f"; cleanup left: {'; '.join(errs)}"
+                                                                           if errs else ""))
+            return [f"restore test {test_id} of set {set_id}: aborted: {exc}"]
+        out.cleanup_errors = out.cleanup_errors + self.remove(ns, rows)
         with self.inv.session() as repo:
             out.job_id = repo.get_set(set_id).job_id
         record(self.inv, out)

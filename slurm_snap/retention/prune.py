@@ -1,7 +1,10 @@
 """Carry out retention decisions: delete sets' snapshots through their backends.
 
-Each set goes DELETING (committed) -> every snapshot deleted through its
-backend and marked DELETED (one commit per snapshot) -> DELETED. A prune
+Each set goes DELETING (committed) -> every shared snapshot deleted through
+its backend and marked DELETED (one commit per snapshot), every node-local
+part and copy handed to its node's agent (a node task, nodetasks/: root on
+that node deletes it, never the controller over SSH) -> DELETED once the
+last is gone (here, or when the last node reports). A prune
 killed anywhere leaves the set in DELETING with some snapshots already
 DELETED; the policy always selects DELETING sets, so the next prune finishes
 exactly what is left (a snapshot the backend no longer has counts as deleted).
@@ -16,6 +19,7 @@ from typing import Callable, Iterable
 
 from .. import errors, progress
 from .. import states as S
+from ..nodetasks.ops import finish_deleting, queue_delete
 from ..restore.parts import BackendFor, ref_from_row
 from .policy import KEEP, Decision, Policy, SetSummary, decide
 
@@ -24,6 +28,16 @@ from .policy import KEEP, Decision, Policy, SetSummary, decide
 class PruneResult:
     deleted: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
+    # Sets DELETING until nodes' agents delete their node-local parts: set id -> the nodes.
+    pending: dict[int, list[str]] = field(default_factory=dict)
+
+
+class NodesPending(Exception):
+    """A set's node-local parts are left to their nodes' agents (not an error)."""
+
+    def __init__(self, set_id: int, nodes: list[str]):
+        super().__init__(f"set {set_id} waits for {', '.join(nodes)}")
+        self.set_id, self.nodes = set_id, nodes
 
 
 def summary(st) -> SetSummary:
@@ -32,12 +46,10 @@ def summary(st) -> SetSummary:
 
 
 class Pruner:
-    def __init__(self, inventory, backend_for: BackendFor, copy_backend=None):
+    def __init__(self, inventory, backend_for: BackendFor):
         self.inv = inventory
+        # Shared parts only: node-local ones are their nodes' agents' to delete.
         self.backend_for = backend_for
-        # (volume class, node) -> backend on that node: for the set's copies
-        # of node-local parts on other nodes (part_copy), deleted with it.
-        self.copy_backend = copy_backend
 
     def plan(self, policy: Policy, now: Callable[[], dt.datetime], *, job_id: int | None = None,
              user: str | None = None) -> tuple[list[Decision], dict[int, object]]:
@@ -62,6 +74,8 @@ class Pruner:
             try:
                 self.delete_set(d.set_id, why="; ".join(d.reasons))
                 result.deleted.append(d.set_id)
+            except NodesPending as pending:
+                result.pending[d.set_id] = pending.nodes
             except errors.SnapError as exc:
                 result.failed[d.set_id] = str(exc)
             progress.advance()
@@ -82,19 +96,25 @@ class Pruner:
             job_id = st.job_id
         with self.inv.session() as repo:
             snaps = repo.snapshots(set_id)
-            copies = [(c.id, c.snapshot.volume.volume_class, c.node, c.snapshot.backend, c.snapshot.volume.path,
-                       c.snapshot.name, c.ref, c.path) for c in repo.copies(set_id, states=(S.COPY_OK,))]
+            # Node-local parts and their copies are on nodes' own disks: each
+            # node's agent deletes them there (nodetasks/); the set stays
+            # DELETING until the last one reports (nodetasks.ops.finish_deleting).
+            waiting = set()
+            for c in repo.copies(set_id, states=(S.COPY_OK,)):
+                queue_delete(repo, c.snapshot, node=c.node, copy_id=c.id)
+                waiting.add(c.node)
+            for snap in snaps:
+                if snap.volume.scope == "node-local" and snap.state != S.PART_LOST:
+                    queue_delete(repo, snap, node=snap.node)
+                    waiting.add(snap.node)
         failures = []
-        for copy in copies:
-            try:
-                self._delete_copy(copy)
-            except errors.SnapError as exc:
-                failures.append(f"copy {copy[6]} on {copy[2]}: {exc}")
         for snap in snaps:
             if snap.state == S.PART_LOST:
                 # Gone with its node or disk (repair): nothing to ask a backend.
                 with self.inv.session() as repo:
                     repo.set_snapshot_state(snap.id, S.PART_DELETED, error=f"lost before prune: {snap.error}"[:4000])
+                continue
+            if snap.volume.scope == "node-local":
                 continue
             try:
                 self._delete_snapshot(set_id, snap)
@@ -108,18 +128,10 @@ class Pruner:
                            job_id=job_id, set_id=set_id, level="error")
             raise errors.BackendError(backend="prune", why=f"set {set_id}: {'; '.join(failures)}")
         with self.inv.session() as repo:
-            repo.transition(set_id, S.DELETED)
-            repo.event("prune", f"set {set_id} deleted", job_id=job_id, set_id=set_id)
-
-    def _delete_copy(self, copy) -> None:
-        from ..backends.base import SnapshotRef
-
-        copy_id, vclass, node, backend, volume, name, ref, path = copy
-        if self.copy_backend is None:
-            raise errors.ConfigError(path="prune", key="copies", why="no backend for copies on other nodes")
-        self.copy_backend(vclass, node).delete(SnapshotRef(backend, volume, name, ref, path or None))
-        with self.inv.session() as repo:
-            repo.set_copy_state(copy_id, S.COPY_DELETED)
+            if not finish_deleting(repo, set_id, job_id) and waiting:
+                repo.event("prune", f"set {set_id} stays DELETING until the agents of {', '.join(sorted(waiting))} "
+                                    "have deleted its node-local parts", job_id=job_id, set_id=set_id)
+                raise NodesPending(set_id, sorted(waiting))
 
     def _delete_snapshot(self, set_id: int, snap) -> None:
         with self.inv.session() as repo:

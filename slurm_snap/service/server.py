@@ -10,7 +10,9 @@ touches no other request. What may be asked:
               command's stdout and stderr come back as they are written
   kind "op"   one of the hook operations (a node's Epilog recording its
               share of a preemption set, the requeued run's resume point,
-              a hook's failure), root only: the hooks run as root
+              a hook's failure, a drill job's Prolog and Epilog asking for
+              and reporting on their node's clones), root only: the hooks
+              run as root
   kind "ping" who MUNGE said the caller is (doctor's check)
 
 What bounds a request ([service] in the configuration): its first frame

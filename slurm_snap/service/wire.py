@@ -44,7 +44,8 @@ class FrameTimeout(FrameError):
     """The frame did not arrive whole before its deadline."""
 
 
-def _read_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
+def read_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """`n` bytes; FrameTimeout past `deadline` (time.monotonic()); None: the socket's own timeout."""
     parts, got = [], 0
     while got < n:
         if deadline is not None:
@@ -80,10 +81,10 @@ def recv(sock: socket.socket, *, limit: int = MAX_FRAME, timeout: float | None =
     """One frame: (the decoded object, its bytes as sent). `timeout`: seconds
     for the whole frame (None: the socket's own timeout, per read)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    (n,) = _LEN.unpack(_read_exact(sock, _LEN.size, deadline))
+    (n,) = _LEN.unpack(read_exact(sock, _LEN.size, deadline))
     if n > limit:
         raise FrameError(f"frame of {n} bytes exceeds the limit of {limit}")
-    raw = _read_exact(sock, n, deadline)
+    raw = read_exact(sock, n, deadline)
     return parse_frame(raw), raw
 
 

@@ -174,6 +174,32 @@ def show_partitions(timeout: float = 10.0) -> list[dict[str, str]]:
     return parts
 
 
+def job_gres(job_id: int, timeout: float = 10.0) -> dict[str, str]:
+    """The generic resources a job asked for, as sbatch would be asked again
+    (its restore drills run with them): {"gres": "gpu:2", "gpus": "4"}, empty
+    when it asked for none. One `scontrol show job`, by the recording
+    PrologSlurmctld, which runs after the launch."""
+    return gres_from_show_job(run([tool("scontrol"), "show", "job", "-o", str(job_id)], timeout=timeout))
+
+
+def gres_from_show_job(text: str) -> dict[str, str]:
+    """TresPerNode=gres:gpu:2 (22.05; gres/gpu:2 later) -> {"gres": "gpu:2"};
+    TresPerJob=gres:gpu:4 -> {"gpus": "4"}."""
+    fields = dict(tok.split("=", 1) for tok in text.split() if "=" in tok)
+
+    def gres_items(value: str) -> list[str]:
+        return [item[5:] for item in value.split(",") if item.startswith(("gres:", "gres/"))]
+
+    out = {}
+    per_node = gres_items(fields.get("TresPerNode", ""))
+    if per_node:
+        out["gres"] = ",".join(per_node)
+    gpus = [i.rsplit(":", 1)[-1] for i in gres_items(fields.get("TresPerJob", "")) if i.startswith("gpu")]
+    if gpus and gpus[0].isdigit():
+        out["gpus"] = gpus[0]
+    return out
+
+
 def node_names(timeout: float = 10.0) -> list[str]:
     """Every node Slurm knows, once each, in sinfo's order."""
     out = run([tool("sinfo"), "-h", "-N", "-o", "%N"], timeout=timeout)

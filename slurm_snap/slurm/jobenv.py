@@ -47,6 +47,9 @@ class JobEnv:
     sluid: str = ""
     # --snapshot-before-timelimit's margin in seconds; None: the job did not ask.
     timelimit: int | None = None
+    # --snapshot-drill: the restore test this job is the drill of (restore/onnode.py);
+    # None for every job a user submits to be protected.
+    drill: int | None = None
     extra: dict = field(default_factory=dict)
 
     @property
@@ -98,6 +101,7 @@ def from_environ(env=None) -> JobEnv:
         every=_seconds(env.get(f"{SPANK}_EVERY", ""), "--snapshot-every"),
         timelimit=_seconds(env.get(f"{SPANK}_TIMELIMIT", ""), "--snapshot-before-timelimit"),
         sluid=env.get("SLURM_JOB_SLUID", "") if SLUID.fullmatch(env.get("SLURM_JOB_SLUID", "")) else "",
+        drill=_int(env, f"{SPANK}_DRILL") if env.get(f"{SPANK}_DRILL") else None,
     )
 
 

@@ -183,9 +183,10 @@ def test_doctor_all_well_then_names_problems(cluster):
     finally:
         grace(cluster.env.get("SLURM_SNAP_GRACE", "10"))
     # The live setup against SECURITY.md: the service's port, the trusted
-    # files' owners and modes pass on the dev cluster. While its node-local
-    # classes still reach the nodes over SSH as root, doctor says so, and
-    # that is the only problem.
+    # files' owners and modes pass on the dev cluster. Its node-local classes
+    # still reach the nodes over SSH as root (the coordinator's on-demand
+    # cuts, a requeued run's parts moved: docs/design.md, "Who runs what
+    # where"); doctor says so, and that is the only problem.
     fails = [ln for ln in ok.stdout.splitlines() if ln.startswith("FAIL")]
     cfg = _cfg(cluster)
     ssh_root = cfg.ssh.user == "root" and any(vc.transport == "ssh" for vc in cfg.volume_classes)

@@ -209,7 +209,10 @@ def test_with_partner_copies_a_destroyed_disk_loses_no_set_and_the_run_resumes(c
         ran = cluster.run([cluster.helper, "--config", f"{cluster.state}/local/etc/slurm-snap-partner.toml",
                            "schedule"], host="ctl", timeout=300)
         assert ran.returncode == 0, ran.stderr
-        copies = cluster.inventory(_copies, set_id)
+        # The two nodes' agents stream each part to the other (no SSH, not through ctl).
+        agent_log: list = []
+        copies = cluster.node_agents(old, lambda: (c := cluster.inventory(_copies, set_id)) and
+                                     all(r[2] != "FAILED" for r in c) and len(c) == 2 and c, log=agent_log)
         partner_rows = sorted((c[0], c[1], c[2]) for c in copies)
         assert partner_rows == sorted([(old[0], old[1], "OK"), (old[1], old[0], "OK")]), (copies, ran.stdout)
         shown = json.loads(cluster.cli("show", f"set:{set_id}", "--json", timeout=60).stdout)
@@ -334,56 +337,5 @@ def test_drill_on_other_nodes_brings_each_ranks_part_and_leaves_nothing(cluster4
         from slurm_snap.config import load
 
         assert not list(Path(load(cluster.config_path("ctl")).paths.restore_root).glob(f"{set_id}-*"))
-    finally:
-        cluster.cancel(jid)
-
-
-def _copies_by_purpose(repo, set_id: int):
-    return sorted((c.purpose, c.source_node, c.node, c.state) for c in repo.copies(set_id))
-
-
-def test_scheduled_drill_with_partner_copies_runs_elsewhere_from_the_copies(cluster4):
-    """Issue 23 part 4, the schedule runner: with [restore] partner_copies the
-    pass makes each part's partner copy, then drills the set on the two nodes
-    that cut nothing of it, each part brought from its partner copy (proving
-    the copy), and keeps the partner copies while removing its own."""
-    cluster = cluster4
-    prog = cluster.write_user_file("drill-ranks-sched.py", DRILL, mode=0o644)
-    seen = cluster.make_user_dir(f"sched-drill-seen-{time.monotonic_ns()}")
-    jid, _log, old = _start_training(cluster, "sched-drill", f"--snapshot-resume-cmd=srun {cluster.python} {prog} {seen}")
-    try:
-        set_id = _snapshot_and_cancel(cluster, jid)
-        acks, parts, state = cluster.inventory(_set_parts, set_id)
-        assert state == "COMPLETE", state
-
-        conf = cluster.host_dir("ctl") / "etc" / "slurm-snap-partner-drill.toml"
-        text = (cluster.host_dir("ctl") / "etc" / "slurm-snap.toml").read_text()
-        assert "\n[restore]\n" in text
-        conf.write_text(text.replace("\n[restore]\n", "\n[restore]\npartner_copies = true\n", 1))
-        ran = cluster.run([cluster.helper, "--config", f"{cluster.state}/local/etc/slurm-snap-partner-drill.toml",
-                           "schedule", "--json"], host="ctl", timeout=600)
-        assert ran.returncode == 0, (ran.stdout, ran.stderr)
-        report = json.loads(ran.stdout)
-        mine = [d for d in report["drills"] if d["set_id"] == set_id]
-        assert len(mine) == 1 and mine[0]["passed"], (report["drills"], cluster.hook_log("ctl")[-3000:])
-
-        others = [n for n in cluster.nodes if n not in old]
-        partner = {old[0]: old[1], old[1]: old[0]}
-        # Partner copies made and kept; the drill brought each part from its
-        # partner copy to the drill node at its position, and removed it.
-        assert cluster.inventory(_copies_by_purpose, set_id) == sorted(
-            [("partner", n, partner[n], "OK") for n in old]
-            + [("drill", partner[n], others[old.index(n)], "DELETED") for n in old])
-        for rank, (node, step) in acks.items():
-            got = json.loads((seen / f"seen-{rank}.json").read_text())
-            assert got["node"] == others[old.index(node)] and got["step"] == step, (got, acks)
-        assert cluster.inventory(_set_parts, set_id)[2] == "VERIFIED"
-        names_of_set = {Path(r).name for _n, r in parts}
-        for node in cluster.nodes:
-            snapdir = cluster.disk(node) / "jobs" / ".snapshots"
-            names = {p.name for p in snapdir.iterdir()} if snapdir.exists() else set()
-            # Drill nodes: nothing of the set. The job's nodes: its own part and its partner's copy.
-            assert names & names_of_set == (names_of_set if node in old else set()), (node, names)
-            assert not [n for n in names if n.startswith(".slurm-snap-restore-")], (node, names)
     finally:
         cluster.cancel(jid)

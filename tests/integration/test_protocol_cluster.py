@@ -200,12 +200,15 @@ def test_preemption_gives_an_app_consistent_set_and_the_requeued_run_resumes_fro
         # the clone, so its first step is the next one
         assert result["result"] == "PASSED" and result["first_step"] == rank0_step + 1, result
         assert result["time_to_first_step"] > 0 and not result["kept"] and not result["cleanup_errors"]
-        # One clone per (node, volume): the same scratch path on three nodes
-        # gives three entries, the later ones keyed "node:path".
+        # One clone per live path: scratch has one path on the three nodes, and
+        # so has its clone, which each node's Prolog made on its own disk.
         rmap = result["restore_map"]
-        assert len(rmap) == 4 and {k.split(":", 1)[-1] for k in rmap} == set(vol_paths), rmap
-        assert sorted(v.rsplit("/", 1)[-1] for k, v in rmap.items() if str(cluster.scratch) in k) == \
-            ["scratch@n1", "scratch@n2", "scratch@n3"], rmap
+        assert len(rmap) == 2 and set(rmap) == set(vol_paths), rmap
+        assert [v.rsplit("/", 2)[-2:] for k, v in rmap.items() if str(cluster.scratch) in k] == \
+            [[f".slurm-snap-restore-{set_id}-{result['test_id']}", "scratch"]], rmap
+        # The program ran as a Slurm job on the set's nodes, never on ctl.
+        job_nodes = sorted({n for n, _p in vols if n})
+        assert result["nodes"] == job_nodes and result["ran_on"] == job_nodes[0], result
         state, recorded = cluster.inventory(_drill_record, set_id)
         assert state == "VERIFIED"
         assert recorded[:3] == (result["test_id"], "PASSED", rank0_step + 1)

@@ -1,12 +1,12 @@
 """A drill of a set spanning classes, nodes, filesystems and transports on the dev cluster:
 shared pfs (btrfs, local on ctl) plus node-local scratch on n1 and n2 (btrfs, each node's
-own disk at the same path, reached from ctl over that node's sshd). The restore root is
-on pfs, so the scratch clones must fall back to their snapshot's filesystem, on the
-right node, through SSH, and be removed again.
+own disk at the same path). The restore root is on pfs: the drill on ctl clones the pfs
+part there; the scratch parts are cloned on their own nodes by the drill job's Prolog,
+next to their snapshots, and removed by its Epilog.
 
-The drill runs where the coordinator runs (ctl); its program runs there as the owner
-and sees the pfs clone. The scratch clones live on the nodes' disks: the machine room
-checks them while the program holds the drill open."""
+The drill runs where the coordinator runs (ctl); its program runs as a Slurm job of the
+owner on n1 and n2 and sees both clones. The scratch clones live on the nodes' disks:
+the machine room checks them while the program holds the drill open."""
 from __future__ import annotations
 
 import json
@@ -92,12 +92,16 @@ def _record_and_cut(config: str, job_id: int, owner_name: str, resume_cmd: str, 
         factory.reset_cache()
 
 
-def _drill(config: str, job_id: int):
+def _drill(config: str, job_id: int, slurm_conf: str):
+    from slurm_snap.restore.submit import SlurmSubmitter
+
+    os.environ["SLURM_CONF"] = slurm_conf
     cfg = config_mod.load(config)
     inv = Inventory.from_config(cfg)
     try:
-        out = Drill(cfg, inv, caller=Caller(uid=0, name="root")).run(str(job_id), deadline=90)
-        return out.passed, out.reason
+        out = Drill(cfg, inv, caller=Caller(uid=0, name="root"), submitter=SlurmSubmitter(cfg)).run(
+            str(job_id), deadline=90)
+        return out.passed, out.reason, out.ran_on, out.nodes
     finally:
         inv.dispose()
         factory.reset_cache()
@@ -138,36 +142,36 @@ def test_multi_class_multi_node_drill(cluster):
 
         result = {}
         drill = threading.Thread(target=lambda: result.update(out=cluster.on("ctl", _drill, cluster.config, job_id,
-                                                                              timeout=300)))
+                                                                              cluster.slurm_conf, timeout=300)))
         drill.start()
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 150
             while not seen.exists():
                 assert time.monotonic() < deadline and drill.is_alive(), f"drill program never ran: {result}"
                 time.sleep(0.1)
             info = json.loads(seen.read_text())
             assert info["uid"] == owner.pw_uid and info["step"] == 500
             by_live = info["map"]
-            assert len(by_live) == 3 and {k.split(":", 1)[-1] for k in by_live} == {
-                cfg.volume_class(name).job_path(node, job_id) for name, node in spec}
+            # One entry per live path: scratch has the same path on every node, so has its clone.
+            assert set(by_live) == {cfg.volume_class(name).job_path(node, job_id) for name, node in spec}
             pfs_clone = by_live[pfs.job_path(None, job_id)]
             assert pfs_clone == info["pfs"] and pfs_clone.startswith(cfg.paths.restore_root + "/")   # pfs: restore root
-            scratch_clones = sorted(v for k, v in by_live.items() if k.split(":", 1)[-1].startswith(scratch.prefix))
-            assert [c.rsplit("/", 1)[-1] for c in scratch_clones] == ["scratch@n1", "scratch@n2"]
-            for clone in scratch_clones:   # scratch: next to its snapshot, on its own node's disk only
-                node = clone.rsplit("@", 1)[-1]
-                assert ".slurm-snap-restore-" in clone and clone.startswith(scratch.prefix + "/"), clone
-                assert (cluster.root_path(clone, node) / "ckpt").read_text() == "500"
-                assert [n for n in cluster.nodes if cluster.root_path(clone, n).exists()] == [node], clone
+            scratch_clone = by_live[scratch.job_path("n1", job_id)]
+            # scratch: next to its snapshot, on each node's own disk, made by that node's Prolog.
+            assert ".slurm-snap-restore-" in scratch_clone and scratch_clone.startswith(scratch.prefix + "/")
+            for node in ("n1", "n2"):
+                assert (cluster.root_path(scratch_clone, node) / "ckpt").read_text() == "500"
+            assert not cluster.root_path(scratch_clone, "n3").exists()
         finally:
             go.touch()
             drill.join(300)
-        passed, reason = result["out"]
+        passed, reason, ran_on, nodes = result["out"]
         assert passed, reason
-        for clone in [pfs_clone, *scratch_clones]:
-            where = [cluster.root_path(clone, n) for n in cluster.nodes] if clone in scratch_clones else [Path(clone)]
-            for p in where:
-                assert not p.exists() and not p.parent.exists(), p
+        assert ran_on == "n1" and nodes == ["n1", "n2"]      # the program ran on a compute node, not on ctl
+        assert not Path(pfs_clone).exists() and not Path(pfs_clone).parent.exists()
+        for n in cluster.nodes:
+            p = cluster.root_path(scratch_clone, n)
+            assert not p.exists() and not p.parent.exists(), p
         assert cluster.inventory(_set_state, set_id) == S.VERIFIED
     finally:
         if refs:

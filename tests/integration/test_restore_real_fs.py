@@ -77,6 +77,9 @@ def env(request, tmp_path):
     cfg = config_mod.from_dict({
         "inventory": {"url": f"sqlite:///{tmp_path}/inventory.db"},
         "paths": {"restore_root": restore_root},
+        # In this process: the clones on real filesystems are the point here,
+        # not where Slurm runs the program (test_drill_jobs_cluster.py).
+        "restore": {"mode": "local"},
         "volume_class": [{"name": "scratch", "prefix": prefix, "scope": "shared", "backend": kind,
                           "options": {"snapdir": os.path.join(prefix, ".snapshots")}}],
     }, str(tmp_path / f"cfg-{kind}.toml"))

@@ -98,3 +98,11 @@ def test_ssh_transport_is_shared_per_host_and_settings():
     assert SshTransport.for_host("storage2", **kw) is not a
     assert SshTransport.for_host("storage1", port=2222, **kw) is not a
     assert a.where == "root@storage1"
+
+
+def test_a_non_root_ssh_account_runs_each_tool_through_sudo_and_looks_for_tools_without():
+    argv = ["lctl", "snapshot_create", "-F", "lfs", "-n", "s1"]
+    words = shlex.split(SshTransport.remote_command(argv, 2.5, sudo=True))
+    assert words[words.index("exec") + 1:] == ["timeout", "-k", "2", "3s", "sudo", "-n", "--", *argv]
+    kw = {"known_hosts": "/etc/slurm-snap/known_hosts", "key_file": "/etc/slurm-snap/id_ed25519"}
+    assert SshTransport("mgs01", user="snapshot", **kw).sudo and not SshTransport("mgs01", **kw).sudo

@@ -79,9 +79,11 @@ def test_doctor_json_all_well_exits_0(tmp_path, capsys):
     assert main(["--config", cfg, "doctor", "--no-slurm", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is True and data["problems"] == 0
-    # inventory, barrier directory, then the files SECURITY.md names and SSH.
-    whats = [f["what"].split(" ")[0] for f in data["findings"]]
-    assert whats[:2] == ["inventory", "barrier"] and "configuration" in whats and whats[-1] == "no"
+    # inventory, barrier directory, then the files SECURITY.md names, SSH, and who runs drills where (issue 31).
+    whats = [f["what"] for f in data["findings"]]
+    assert [w.split(" ")[0] for w in whats[:2]] == ["inventory", "barrier"]
+    assert any(w.startswith("configuration") for w in whats) and whats[-2].startswith("no volume class")
+    assert "Slurm jobs of the job's owner" in whats[-1]
 
 
 def test_a_shared_class_over_ssh_is_checked_on_its_host_over_ssh(tmp_path, monkeypatch):
@@ -106,7 +108,8 @@ fsname = "lustre"
         calls.append((vc.name, node, local))
         raise errors.TransportError(f"root@{vc.host}: connection refused")
     monkeypatch.setattr(factory, "backend_for_class", build)
-    found = [f for f in site_checks.check_local(cfg, probes.local(cfg, node_local=False)) if "pfs" in f.what]
+    found = [f for f in site_checks.check_local(cfg, probes.local(cfg, node_local=False))
+             if f.what.startswith("volume class pfs")]
     assert calls == [("pfs", None, False)]
     assert len(found) == 1 and not found[0].ok
     assert found[0].what == "volume class pfs over SSH on mgs01: root@mgs01: connection refused"

@@ -130,3 +130,27 @@ def test_controller_view_leaves_node_local_classes_to_the_nodes(tmp_path):
     # tmp_path is not btrfs: the node's check says so, naming the path.
     fs_checks = [f for f in named if "is " in f.what and "needs btrfs" in f.what]
     assert fs_checks and not fs_checks[0].ok and str(tmp_path / "scratch") in fs_checks[0].what
+
+
+def test_doctor_says_who_runs_what_where():
+    """Issue 31: drills as jobs (the local mode is a warning), SSH to nodes is
+    a warning, named (the SSH account is security_checks' own finding)."""
+    from slurm_snap import config as config_mod
+    from slurm_snap.doctor.site_checks import check_who_runs_what
+
+    def found(**data):
+        return [(f.ok, f.warning, f.what) for f in check_who_runs_what(config_mod.from_dict(data))]
+
+    (job,) = found()
+    assert job[:2] == (True, False) and "Slurm jobs of the job's owner" in job[2]
+    (local,) = found(restore={"mode": "local"})
+    assert local[:2] == (True, True) and 'mode = "local"' in local[2]
+    classes = [{"name": "scratch", "prefix": "/scratch", "scope": "node-local", "backend": "btrfs",
+                "transport": "ssh"},
+               {"name": "pfs", "prefix": "/lustre", "scope": "shared", "backend": "lustre", "transport": "ssh",
+                "host": "mgs01"}]
+    warned = [w for _ok, w, what in found(volume_class=classes) if w]
+    assert len(warned) == 1
+    text = " ".join(what for _ok, w, what in found(volume_class=classes) if w)
+    assert "scratch" in text and "pfs" not in text
+    assert not [w for _ok, w, _what in found(volume_class=classes[1:]) if w]

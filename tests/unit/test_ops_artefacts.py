@@ -30,9 +30,10 @@ TIMER = ETC / "slurm-snap-metrics.timer"
 # Every timer/service pair shipped, with the subcommand its ExecStart runs.
 UNIT_PAIRS = [(TIMER, SERVICE, "metrics"),
               (ETC / "slurm-snap-schedule.timer", ETC / "slurm-snap-schedule.service", "schedule"),
-              (ETC / "slurm-snap-node-agent.timer", ETC / "slurm-snap-node-agent.service", "node-agent")]
+              (ETC / "slurm-snap-node-agent.timer", ETC / "slurm-snap-node-agent.service", "node-agent"),
+              (ETC / "slurm-snap-node-tasks.timer", ETC / "slurm-snap-node-tasks.service", "node-tasks")]
 # How often each timer runs its pass.
-PERIOD = {"metrics": "1min", "schedule": "1min", "node-agent": "30s"}
+PERIOD = {"metrics": "1min", "schedule": "1min", "node-agent": "30s", "node-tasks": "30s"}
 SERIES = re.compile(r"\bslurm_snap_[a-zA-Z0-9_]+")
 
 
@@ -322,6 +323,11 @@ def test_the_service_runs_a_real_subcommand_with_valid_options(timer_path, servi
         # One pass that honours its backoff, never the dev cluster's loop.
         assert (sub_ctx.params["loop"], sub_ctx.params["now"], sub_ctx.params["status"]) == (None, False, False)
         assert "9" in svc["SuccessExitStatus"][0].split()
+    elif name == "node-tasks":
+        # One pass; a service away (exit 9) is the next tick's to retry. Its
+        # own unit, bounded well past a transfer's budget (600 s by default).
+        assert sub_ctx.params == {"as_json": False} and "9" in svc["SuccessExitStatus"][0].split()
+        assert svc["TimeoutStartSec"] == ["1h"] and svc["User"] == ["root"]
     else:
         assert sub_ctx.params["dry_run"] is False     # the timer's pass acts
     with pytest.raises(click.UsageError):

@@ -412,3 +412,29 @@ def test_objective_beside_rpo_and_the_rpo_missed_filter(seeded):
 """)
     doc = json.loads(run(seeded, "--json", "--rpo-missed"))
     assert {(s["job"], s["rpo_objective_seconds"], s["rpo_missed"]) for s in doc["sets"]} == {("1001", 3600, True)}
+
+
+def test_the_newest_drill_shows_where_it_ran_its_queue_wait_and_first_step_apart(seeded):
+    """Issue 31: a drill runs as a Slurm job on a compute node; report shows the
+    node, the queue wait and the time to first step apart, in text and JSON."""
+    from slurm_snap.inventory.repository import Inventory
+
+    inv = Inventory(seeded["url"])
+    with inv.session() as repo:
+        (set_id,) = [s.id for s in repo.sets_for_retention(job_id=1001) if s.state == "VERIFIED"]
+        old = repo.start_restore_test(set_id, "python train.py", target="/r/1")
+        repo.finish_restore_test(old.id, passed=True, first_step=9, time_to_first_step=9.0, queued_seconds=90.0,
+                                 ran_on="n9")
+        new = repo.start_restore_test(set_id, "python train.py", target="/r/2")
+        repo.finish_restore_test(new.id, passed=True, first_step=501, time_to_first_step=1.5, queued_seconds=3.25,
+                                 ran_on="n2")
+        repo.start_restore_test(set_id, "python train.py", target="/r/3")   # running: not the newest finished
+    inv.dispose()
+    out = run(seeded, "-j", "1001", "-S", "2026-11-01", "-o", "JobID,State,DrillNode,DrillQueue,FirstStep")
+    rows = [ln.split() for ln in out.splitlines()[2:]]
+    assert ["1001", "VERIFIED", "n2", "3.25", "1.50"] in rows, out
+    doc = json.loads(run(seeded, "-j", "1001", "-S", "2026-11-01", "--json"))
+    (d,) = [s for s in doc["sets"] if s["set_id"] == set_id]
+    assert d["drill"]["test_id"] == new.id and (d["drill"]["ran_on"], d["drill"]["queued_seconds"],
+                                                d["drill"]["time_to_first_step"]) == ("n2", 3.25, 1.5)
+    assert all(s["drill"] is None for s in doc["sets"] if s["set_id"] != set_id)

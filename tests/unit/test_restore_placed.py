@@ -5,12 +5,12 @@ cannot be brought fails the drill with the part named.
 The nodes are stand-ins: every "node" is this host, the transfer between
 them is replaced (the real one is tested over sshd in test_backends_transfer
 and on the 4-node cluster in tests/integration/test_nodelocal_cluster.py),
-and so is Slurm (the command runs here, through the same watcher). What is
-real: the inventory, the namespace and drill.json, the clone on the drill
-node, the program run as `nobody`, the verdict."""
+and so is Slurm (test_restore_support.SlurmHere runs the drill job here).
+What is real: the inventory, the namespace and drill.json, the drill job's
+spec and script, its Prolog's clone on the drill node, the in-job runner,
+the program run as `nobody`, the Epilog, the verdict."""
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 
@@ -21,14 +21,11 @@ from slurm_snap import states as S
 from slurm_snap.access import Caller
 from slurm_snap.backends import factory
 from slurm_snap.backends import transfer as xfer
-from slurm_snap.inventory.repository import SnapshotRecord
-from slurm_snap.jobrecords import VolumeRecord
 from slurm_snap.restore import placement as placement_mod
 from slurm_snap.restore.drill import Drill
 from slurm_snap.restore.placement import Placement
-from slurm_snap.restore.runner import run_program
 
-from test_restore_support import NAME, OWNER, T0, world  # noqa: F401  (fixture)
+from test_restore_support import SlurmHere, add_node_local_set, node_local, world  # noqa: F401  (fixture)
 from testkit.inventory_helpers import restore_tests
 
 ROOT = Caller(uid=0, name="root")
@@ -40,29 +37,6 @@ def _needs_root():
     from realcomponents import require
 
     require(os.geteuid() == 0, "drills switch to the job owner's uid: needs root")
-
-
-def add_node_local_set(inv, w, *, nodes=("n1",)) -> int:
-    """Job 42 ran on `nodes`; its set has one node-local scratch part per node
-    (all at the world's snapshot: every stand-in node is this host)."""
-    backend = factory.backend_for_class(w.cfg, w.cfg.volume_class("scratch"), None)
-    with inv.session() as repo:
-        run = repo.record_job_run(job_id=42, restart_count=0, user_name=OWNER, uid=w.uid, nodes=list(nodes),
-                                  options={})
-        vols = repo.add_volumes(run, [VolumeRecord(path=w.live, scope="node-local", volume_class="scratch",
-                                                 backend=NAME, node=n) for n in nodes])
-        st, _ = repo.create_set(run, epoch="e1", trigger="manual", requested_at=T0)
-        repo.transition(st.id, S.CUTTING, at=T0)
-        repo.transition(st.id, S.CUT, at=T0 + dt.timedelta(seconds=1))
-        records = []
-        for n, vol in zip(nodes, vols):
-            ref = backend.create(w.live, f"j42-e1-{n}")
-            records.append(SnapshotRecord(volume_id=vol.id, backend=NAME, name=ref.name, ref=ref.ref,
-                                          path=ref.path or "", node=n, cut_started_at=T0,
-                                          cut_at=T0 + dt.timedelta(seconds=1)))
-        repo.record_parts(st.id, records)
-        repo.transition(st.id, S.COMPLETE, consistency=S.APP, checkpoint_step=100)
-        return st.id
 
 
 class NodeBackend:
@@ -88,21 +62,9 @@ class NodeBackend:
         return True
 
 
-class LocalSlurm:
-    """Stands in for SlurmSubmitter: runs the command here, remembers the nodes asked for."""
-
-    def __init__(self):
-        self.asked: list = []
-
-    def run(self, *, argv, env, marker_dir, marker_file, deadline, owner, creds, job_name, on_submitted=None,
-            nodes=None):
-        self.asked.append(nodes)
-        return run_program(argv, env=env, cwd=marker_dir, deadline=deadline, marker_file=marker_file, creds=creds)
-
-
 def placed_drill(inv, w, deleted, slurm=None):
     real = factory.backend_for_class(w.cfg, w.cfg.volume_class("scratch"), None)
-    return Drill(w.cfg, inv, caller=ROOT, submitter=slurm or LocalSlurm(),
+    return Drill(w.cfg, inv, caller=ROOT, submitter=(slurm or SlurmHere(w.cfg, inv)).submitter,
                  backend_on=lambda vclass, node: NodeBackend(real, node, deleted), usable_nodes=lambda: NODES)
 
 
@@ -112,9 +74,10 @@ def copies(inv, set_id):
 
 
 def test_ranks_go_by_position_to_nodes_that_cut_nothing_of_the_set(inventory, world):
+    world = node_local(world)
     set_id = add_node_local_set(inventory, world, nodes=("n1", "n2"))
     plan = placed_drill(inventory, world, []).plan(f"set:{set_id}", command=world.command("ok"),
-                                                   placement=Placement())
+                                                   placement=Placement(other_nodes=True))
     p = plan.placed
     assert p.nodes == ["n3", "n4"] and p.node_map == {"n1": "n3", "n2": "n4"} and p.unplaceable == []
     assert sorted((m.source_node, m.to_node, m.ranks) for m in p.moves) == [("n1", "n3", (0,)), ("n2", "n4", (1,))]
@@ -124,6 +87,7 @@ def test_ranks_go_by_position_to_nodes_that_cut_nothing_of_the_set(inventory, wo
 
 
 def test_other_nodes_brings_the_part_runs_there_and_leaves_nothing(inventory, world, monkeypatch):
+    world = node_local(world)
     set_id = add_node_local_set(inventory, world, nodes=("n1",))
     moved = []
 
@@ -132,13 +96,14 @@ def test_other_nodes_brings_the_part_runs_there_and_leaves_nothing(inventory, wo
         return xfer.Transferred(ref, "send", 4096, 0.01)
 
     monkeypatch.setattr(xfer, "transfer", fake_transfer)
-    deleted, slurm = [], LocalSlurm()
+    deleted, slurm = [], SlurmHere(world.cfg, inventory)
     out = placed_drill(inventory, world, deleted, slurm).run(f"set:{set_id}", command=world.command("ok"),
-                                                             deadline=60, placement=Placement())
+                                                             deadline=60, placement=Placement(other_nodes=True))
     assert out.passed, out.reason
     assert out.first_step == 101
-    # The first usable node that cut nothing of the set.
-    assert out.nodes == ["n2"] and slurm.asked == [["n2"]]
+    # The first usable node that cut nothing of the set; its Prolog made the clone.
+    (cmd,) = slurm.asked
+    assert out.nodes == ["n2"] and "--nodelist=n2" in cmd and out.ran_on == "n2"
     snap = f"{world.snapdir}/j42-e1-n1"
     assert moved == [("n1", "n2", snap)]
     assert out.moved == ["scratch part of rank(s) 0 brought from n1 to n2: 0.0 MiB in 0.01 s (send)"]
@@ -158,6 +123,7 @@ def test_other_nodes_brings_the_part_runs_there_and_leaves_nothing(inventory, wo
 
 
 def test_a_part_that_cannot_be_brought_fails_the_drill_naming_it(inventory, world, monkeypatch):
+    world = node_local(world)
     set_id = add_node_local_set(inventory, world, nodes=("n1",))
 
     def broken(source, ref, target, *, timeout, parent=None, into=None):
@@ -165,12 +131,12 @@ def test_a_part_that_cannot_be_brought_fails_the_drill_naming_it(inventory, worl
 
     monkeypatch.setattr(xfer, "transfer", broken)
 
-    class NeverSlurm(LocalSlurm):
-        def run(self, **kw):
+    class NeverSlurm(SlurmHere):
+        def sbatch(self, *a):
             raise AssertionError("the command ran without a rank's state")
 
     deleted = []
-    out = placed_drill(inventory, world, deleted, NeverSlurm()).run("42", command=world.command("ok"), deadline=60,
+    out = placed_drill(inventory, world, deleted, NeverSlurm(world.cfg, inventory)).run("42", command=world.command("ok"), deadline=60,
                                                                     placement=Placement(nodes=("n3",)))
     assert not out.passed
     assert "scratch part of rank(s) 0 (cut on n1) is not on n3" in out.reason, out.reason
@@ -187,15 +153,17 @@ def test_a_part_that_cannot_be_brought_fails_the_drill_naming_it(inventory, worl
 
 
 def test_placement_is_checked_before_anything_is_made(inventory, world):
+    world = node_local(world)
     set_id = add_node_local_set(inventory, world, nodes=("n1", "n2"))
     d = placed_drill(inventory, world, [])
     with pytest.raises(errors.BadValueError, match="not a usable Slurm node"):
         d.run(f"set:{set_id}", command=world.command("ok"), placement=Placement(nodes=("n3", "evil.example")))
     with pytest.raises(errors.BadValueError, match="n1 cut another rank's part"):
         d.run(f"set:{set_id}", command=world.command("ok"), placement=Placement(nodes=("n2", "n1")))
-    only_n3 = Drill(world.cfg, inventory, caller=ROOT, submitter=LocalSlurm(), usable_nodes=lambda: ["n1", "n3"])
+    only_n3 = Drill(world.cfg, inventory, caller=ROOT, submitter=SlurmHere(world.cfg, inventory).submitter,
+                    usable_nodes=lambda: ["n1", "n3"])
     with pytest.raises(errors.Conflict, match="needs 2 node"):
-        only_n3.run(f"set:{set_id}", command=world.command("ok"), placement=Placement())
+        only_n3.run(f"set:{set_id}", command=world.command("ok"), placement=Placement(other_nodes=True))
     with inventory.session() as repo:
         assert restore_tests(repo, set_id) == [] and repo.get_set(set_id).state == S.COMPLETE
 
@@ -212,12 +180,14 @@ def test_the_partner_copy_is_the_source_when_preferred():
 
 
 def test_only_operators_or_the_owner_drill_placed(inventory, world):
+    world = node_local(world)
     set_id = add_node_local_set(inventory, world, nodes=("n1",))
     stranger = Caller(uid=1, name="daemon")
-    d = Drill(world.cfg, inventory, caller=stranger, submitter=LocalSlurm(), usable_nodes=lambda: NODES)
+    d = Drill(world.cfg, inventory, caller=stranger, submitter=SlurmHere(world.cfg, inventory).submitter,
+              usable_nodes=lambda: NODES)
     for selector in ("42", f"set:{set_id}"):
         with pytest.raises(errors.PermissionDenied):
-            d.run(selector, command=world.command("ok"), placement=Placement())
+            d.run(selector, command=world.command("ok"), placement=Placement(other_nodes=True))
         with pytest.raises(errors.PermissionDenied):
             d.run(selector, command=world.command("ok"), placement=Placement(nodes=("n3",)))
 

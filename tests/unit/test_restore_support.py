@@ -180,6 +180,9 @@ def make_world() -> World:
     data = {
         "inventory": {"url": f"sqlite:///{base}/inventory.db"},
         "paths": {"restore_root": str(base / "restore")},
+        # In this process: these tests are about the drill itself, not where
+        # Slurm runs it (test_restore_jobs.py is).
+        "restore": {"mode": "local"},
         "volume_class": [{"name": "scratch", "prefix": str(base / "scratch"), "scope": "shared",
                           "backend": NAME, "options": {"snapdir": str(base / "scratch" / ".snapshots")}}],
     }
@@ -193,7 +196,7 @@ def make_world() -> World:
 
 def _toml(data: dict) -> str:
     out = []
-    for section in ("inventory", "paths"):
+    for section in ("inventory", "paths", "restore"):
         out.append(f"[{section}]")
         out += [f'{k} = "{v}"' for k, v in data[section].items()]
     for vc in data["volume_class"]:
@@ -246,6 +249,29 @@ def add_set(inv, w: World, *, job_id: int = 42, epoch: str = "e1", state: str = 
     return set_id
 
 
+def add_node_local_set(inv, w, *, nodes=("n1",)) -> int:
+    """Job 42 ran on `nodes`; its set has one node-local scratch part per node
+    (all at the world's snapshot: every stand-in node is this host)."""
+    backend = factory.backend_for_class(w.cfg, w.cfg.volume_class("scratch"), None)
+    with inv.session() as repo:
+        run = repo.record_job_run(job_id=42, restart_count=0, user_name=OWNER, uid=w.uid, nodes=list(nodes),
+                                  options={})
+        vols = repo.add_volumes(run, [VolumeRecord(path=w.live, scope="node-local", volume_class="scratch",
+                                                 backend=NAME, node=n) for n in nodes])
+        st, _ = repo.create_set(run, epoch="e1", trigger="manual", requested_at=T0)
+        repo.transition(st.id, S.CUTTING, at=T0)
+        repo.transition(st.id, S.CUT, at=T0 + dt.timedelta(seconds=1))
+        records = []
+        for n, vol in zip(nodes, vols):
+            ref = backend.create(w.live, f"j42-e1-{n}")
+            records.append(SnapshotRecord(volume_id=vol.id, backend=NAME, name=ref.name, ref=ref.ref,
+                                          path=ref.path or "", node=n, cut_started_at=T0,
+                                          cut_at=T0 + dt.timedelta(seconds=1)))
+        repo.record_parts(st.id, records)
+        repo.transition(st.id, S.COMPLETE, consistency=S.APP, checkpoint_step=100)
+        return st.id
+
+
 def test_dircopy_backend_clone_is_a_writable_copy_with_owners(world):
     b = factory.backend_for_class(world.cfg, world.cfg.volume_class("scratch"), None)
     ref = b.create(world.live, "s1")
@@ -256,3 +282,87 @@ def test_dircopy_backend_clone_is_a_writable_copy_with_owners(world):
     with pytest.raises(errors.AlreadyExists):
         b.clone(ref, target)
     assert b.delete(ref) is True and b.delete(ref) is False
+
+
+def node_local(w: World) -> World:
+    """The world with its scratch class node-local (each stand-in node is this
+    host, its scratch at the same path, as live node-local scratch is on
+    every node) and a barrier directory for the drill jobs' Prologs."""
+    import dataclasses
+
+    snapdir = str(w.base / "scratch" / "jobs" / ".snapshots")   # where a per-job class keeps them
+    vc = w.cfg.volume_class("scratch")
+    vc = dataclasses.replace(vc, scope="node-local", options={**vc.options, "snapdir": snapdir})
+    barriers = str(w.base / "barriers")
+    cfg = dataclasses.replace(w.cfg, volume_classes=(vc,),
+                              paths=dataclasses.replace(w.cfg.paths, barrier_dir=barriers),
+                              restore=dataclasses.replace(w.cfg.restore, mode="job"))
+    factory.reset_cache()
+    return dataclasses.replace(w, cfg=cfg, snapdir=snapdir)
+
+
+class SlurmHere:
+    """Stands in for Slurm under the real SlurmSubmitter: the spec and the
+    batch script are written as for sbatch, and "sbatch" runs the drill job
+    at once on stand-in nodes (this host): each node's Prolog (the real
+    restore/onnode.py, as root), the batch script as the owner (the real
+    in-job runner), each node's Epilog. It remembers what sbatch was asked."""
+
+    def __init__(self, cfg, inventory, *, before_epilog=None, prolog=True):
+        from slurm_snap.restore.submit import SlurmSubmitter
+
+        outer = self
+
+        class Submitter(SlurmSubmitter):
+            def _sbatch(self, cmd, owner, creds):
+                return outer.sbatch(cmd, owner, creds, self._slurm_env(owner))
+
+            def finished(self, job_id, owner=None):
+                return True, "COMPLETED"
+
+            def cancel(self, job_id):
+                outer.cancelled.append(job_id)
+
+        self.cfg, self.inv = cfg, inventory
+        self.submitter = Submitter(cfg, poll=0.05)
+        self.asked: list[list[str]] = []
+        self.cancelled: list[int] = []
+        self.job_id = 9000
+        self.before_epilog = before_epilog
+        self.prolog = prolog
+
+    def hook_env(self, test_id: int, node: str, nodes: list[str], owner) -> dict:
+        return {"SPANK_SLURM_SNAP": "1", "SPANK_SLURM_SNAP_DRILL": str(test_id), "SLURM_JOB_ID": str(self.job_id),
+                "SLURM_JOB_UID": str(owner.pw_uid), "SLURM_JOB_GID": str(owner.pw_gid), "SLURMD_NODENAME": node,
+                "SLURM_JOB_NODELIST": ",".join(nodes), "SLURM_JOB_USER": owner.pw_name}
+
+    def sbatch(self, cmd, owner, creds, env) -> int:
+        import subprocess
+
+        from slurm_snap.restore import onnode
+        from slurm_snap.slurm.jobenv import from_environ
+
+        self.job_id += 1
+        self.asked.append(cmd)
+        opt = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in cmd if a.startswith("--") and "=" in a}
+        test_id = int(opt["--snapshot-drill"])
+        nodes = opt["--nodelist"].split(",") if "--nodelist" in opt else ["n1"]
+        jobs = [from_environ(self.hook_env(test_id, n, nodes, owner)) for n in nodes]
+        if self.prolog:
+            for job in jobs:
+                try:
+                    onnode.prepare(self.cfg, self.inv, job)
+                except errors.SnapError:
+                    pass   # the hook's policy: recorded, exit 0; the node's file says why
+        run_env = dict(env, SLURM_JOB_ID=str(self.job_id), SLURM_JOB_NODELIST=",".join(sorted(nodes)),
+                       SLURMD_NODENAME=sorted(nodes)[0])
+        subprocess.run([cmd[-1]], env=run_env, user=creds.uid, group=creds.gid, extra_groups=list(creds.groups),
+                       cwd=os.path.dirname(cmd[-1]), stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
+        if self.before_epilog:
+            self.before_epilog(self)
+        for job in jobs:
+            try:
+                onnode.cleanup(self.cfg, self.inv, job)
+            except errors.SnapError:
+                pass
+        return self.job_id

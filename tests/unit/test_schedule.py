@@ -325,10 +325,10 @@ def test_schedule_is_for_operators(tmp_path, monkeypatch, capsys):
 
 
 def test_with_partner_copies_drills_start_after_the_copies_and_are_placed(inventory, monkeypatch):
-    """[restore] partner_copies: the pass's partner copies are made before its
-    drills start (so a drill can bring a part from its copy), and the runner's
-    own drill asks for a placement on other nodes, from copies, for sets with
-    node-local parts only."""
+    """[restore] partner_copies: the pass's partner copies are queued before
+    its drills start, a set whose copies are still under way waits for them,
+    and the runner's own drill asks for the nodes holding the copies, for
+    sets with node-local parts only, as a Slurm job it does not wait for."""
     with inventory.session() as repo:
         a = add_run(repo, 1, every=None, options={"resume_cmd": "python train.py"}, at=T0)
         set_id = add_set(repo, a, at=T0 + dt.timedelta(minutes=1))
@@ -376,3 +376,26 @@ def test_with_partner_copies_drills_start_after_the_copies_and_are_placed(invent
                                                  resume_cmd="x"))
     assert asked["selector"] == f"set:{set_id}" and asked["submitter"] is not None
     assert asked["placement"] == Placement(prefer_copies=True, only_node_local=True)
+    assert (asked["wait"], asked["sweep"]) == (False, False)   # submitted; the next pass collects it
+
+    # A set with a partner copy under way is not drilled this pass.
+    with inventory.session() as repo:
+        repo.add_node_task(node="n2", kind="receive", purpose="partner", set_id=set_id,
+                           snapshot_id=_a_part(repo, set_id), peer="n1")
+    order.clear()
+    report = Runner(cfg, inventory, running=fake.running, snapshot=fake.snapshot, drill=drill, collect=list,
+                    clock=lambda: T0 + dt.timedelta(minutes=10), sleep=fake.sleeps.append).pass_once()
+    assert order == ["partners"] and report.drills == []
+
+
+def _a_part(repo, set_id: int) -> int:
+    """A snapshot row of the set (add_set records none): one made for the test."""
+    from slurm_snap.inventory.records import SnapshotRecord
+    from slurm_snap.jobrecords import VolumeRecord
+
+    st = repo.get_set(set_id)
+    (vol,) = repo.add_volumes(st.job_run, [VolumeRecord(path="/scratch/jobs/1", scope="node-local",
+                                                        volume_class="scratch", backend="btrfs", node="n1")])
+    repo.record_parts(set_id, [SnapshotRecord(volume_id=vol.id, backend="btrfs", name="s", ref="/s/s", path="/s/s",
+                                              node="n1", cut_started_at=T0, cut_at=T0)])
+    return repo.snapshots(set_id)[0].id

@@ -1,0 +1,1 @@
+"""Work on a node's own disk that no Slurm job rides on, done by root on that node by its agent: ops.py (the controller's side), agent.py (the node's pass), stream.py (a part between two nodes, MUNGE-authenticated)."""
