@@ -12,10 +12,10 @@ Two strengths, chosen by the caller:
 """
 from __future__ import annotations
 
-import hashlib
-import json
+import _thread
 import os
-import threading
+
+from .plainjson import dumps
 
 _HASH_CHUNK = 1 << 20
 MAX_JSON_BYTES = 1 << 20
@@ -57,6 +57,8 @@ def parent_dirs(path: str, root: str | None) -> list[str]:
 
 
 def sha256_file(path: str) -> str:
+    import hashlib  # here: its OpenSSL binding costs the hooks' start path ~3 ms, and only ranks hash
+
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(_HASH_CHUNK):
@@ -82,7 +84,7 @@ def atomic_write(path: str, data: bytes, *, mode: int = 0o600, durable: bool = T
     try:
         # pid + thread + random: a temporary left by a crashed writer whose pid
         # was reused must not make O_EXCL fail.
-        tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.{os.urandom(4).hex()}.tmp"
+        tmp = f".{name}.{os.getpid()}.{_thread.get_ident()}.{os.urandom(4).hex()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
                      dir_fd=dfd)
         try:
@@ -119,7 +121,7 @@ def is_temporary(name: str, of: str) -> bool:
 
 def write_json(path: str, data, **kwargs) -> str:
     """atomic_write of one JSON document (sorted keys, trailing newline)."""
-    return atomic_write(path, json.dumps(data, sort_keys=True).encode() + b"\n", **kwargs)
+    return atomic_write(path, dumps(data, sort_keys=True).encode() + b"\n", **kwargs)
 
 
 def read_json(path: str, max_bytes: int = MAX_JSON_BYTES):
@@ -135,6 +137,8 @@ def read_json(path: str, max_bytes: int = MAX_JSON_BYTES):
         return None
     if len(raw) > max_bytes:
         raise ValueError(f"larger than {max_bytes} bytes")
+    import json  # here: the Prolog of a first run reads nothing
+
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:

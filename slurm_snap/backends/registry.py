@@ -15,11 +15,14 @@ and scan every installed distribution on each job's start path.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Mapping
 
 from slurm_snap import errors
 from slurm_snap.backends.base import Backend
 from slurm_snap.backends.transport import LocalTransport, Transport
+
+TYPE_CHECKING = False   # typing's import would cost every opted-in Prolog ~10 ms
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 GROUP = "slurm_snap.backends"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import click
 
-from .. import errors
 from .. import states as S
 from ..slurm import hooknames
 
@@ -23,32 +22,10 @@ def command():
 @click.pass_obj
 def validate_options(ctx, volumes, consistency, resume_cmd, every):
     """Check submit-time options (run by the SPANK plugin inside sbatch, as the user)."""
-    from ..hooks.volumes import validate_submit
+    from ..hooks.submit import validate_options as validate
 
-    if volumes is not None and volumes.strip() == "":
-        raise errors.BadValueError(what="--snapshot-volumes", value=volumes, why="empty list")
-    items = volumes.split(",") if volumes else []
-    if len(resume_cmd) > 4096 or any(ord(c) < 0x20 for c in resume_cmd):
-        raise errors.BadValueError(what="--snapshot-resume-cmd", value=resume_cmd[:80],
-                                   why="longer than 4096 characters or contains control characters")
-    if every is not None:
-        from ..config import MIN_EVERY_SECONDS
-        from ..slurm.duration import parse_duration
-
-        seconds = parse_duration(every, what="--snapshot-every").total_seconds()
-        if seconds < MIN_EVERY_SECONDS:
-            raise errors.BadValueError(what="--snapshot-every", value=every,
-                                       why=f"under {MIN_EVERY_SECONDS} s: too frequent to be worth a snapshot")
-    declared = validate_submit(ctx.config, items, consistency)
-    # Result on stdout, one KEY=VALUE per line: the plugin copies these into
-    # the job's environment so ranks find the barrier area and the signal.
-    click.echo(f"SLURM_SNAP_BARRIER_DIR={ctx.config.paths.barrier_dir}")
-    click.echo(f"SLURM_SNAP_SIGNAL={ctx.config.protocol.checkpoint_signal}")
-    click.echo(f"SLURM_SNAP_EARLY_RELEASE={int(ctx.config.protocol.early_release)}")
-    click.echo(f"SLURM_SNAP_CLASSES={','.join(sorted({d.vc.name for d in declared}))}")
-    if ctx.config.slurm.bin_dir:
-        # Rank 0's early release runs scontrol: the site's, not another version's in /usr/bin.
-        click.echo(f"SLURM_SNAP_SLURM_BIN={ctx.config.slurm.bin_dir}")
+    for line in validate(ctx.config, volumes=volumes, consistency=consistency, resume_cmd=resume_cmd, every=every):
+        click.echo(line)
 
 
 def _make(name):

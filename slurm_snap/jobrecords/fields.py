@@ -3,7 +3,6 @@ and the field checks whose errors name the file, the field and the value."""
 from __future__ import annotations
 
 import os
-import re
 from datetime import datetime, timezone
 
 from ..errors import BadValueError
@@ -24,12 +23,15 @@ def is_preempt_epoch(epoch: str) -> bool:
 
 # Epochs and node names become file names (release/<epoch>, ack/<node>.<rank>.json):
 # a conservative character set keeps them from escaping their directory.
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:+-]{0,127}$")
+# (Sets, not a regular expression: hooks import this, and `re` costs ~6 ms.)
+_NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_NAME_REST = _NAME_FIRST | frozenset(".:+-")
 
 
 def check_name(what: str, value) -> str:
     """Validate an epoch or node name that is used as a file name."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not (isinstance(value, str) and 0 < len(value) <= 128 and value[0] in _NAME_FIRST
+            and _NAME_REST.issuperset(value)):
         raise BadValueError(what=what, value=value,
                             why="must be 1-128 characters of A-Z a-z 0-9 . _ : + - and not start with . or -")
     return value

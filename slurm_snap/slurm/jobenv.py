@@ -4,8 +4,8 @@ variables our plugin set at submit time (docs/contracts.md)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
+from ..record import factory, record
 from ..access import user_name
 from ..errors import BadValueError
 from ..states import WANT_APP
@@ -17,7 +17,7 @@ SPANK = "SPANK_SLURM_SNAP"
 MAX_ID = 2**32 - 1
 
 
-@dataclass(frozen=True)
+@record
 class JobEnv:
     job_id: int
     restart_count: int
@@ -35,7 +35,7 @@ class JobEnv:
     exit_code: int | None = None
     # --snapshot-every in seconds; None: the job did not ask.
     every: int | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict = factory(dict)
 
     @property
     def head_node(self) -> str:
