@@ -10,20 +10,27 @@ text is always what json would write, and so are its errors.
 """
 from __future__ import annotations
 
-try:
-    from _json import encode_basestring_ascii as _string
-except ImportError:   # an interpreter without the C accelerator
-    _string = None
-
 _INF = float("inf")
+# What needs no escape in a JSON string, as json writes it (ensure_ascii).
+_PLAIN = frozenset(chr(c) for c in range(0x20, 0x7F)) - {'"', "\\"}
+_escape = None
+
+
+def _string(text: str) -> str:
+    """json's quoted form of `text`: the C escaper for the rare string that needs it."""
+    if _PLAIN.issuperset(text):
+        return f'"{text}"'
+    global _escape
+    if _escape is None:
+        from _json import encode_basestring_ascii as _escape
+    return _escape(text)
 
 
 def dumps(value, *, sort_keys: bool = False) -> str:
     """json.dumps(value, sort_keys=sort_keys) with the default separators."""
-    if _string is not None:
-        parts: list[str] = []
-        if _encode(value, parts, sort_keys):
-            return "".join(parts)
+    parts: list[str] = []
+    if _encode(value, parts, sort_keys):
+        return "".join(parts)
     import json
 
     return json.dumps(value, sort_keys=sort_keys)

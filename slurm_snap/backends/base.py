@@ -9,7 +9,6 @@ through a Transport (local subprocess or SSH), never through a shell.
 from __future__ import annotations
 
 import abc
-import datetime as dt
 import os
 import stat as _stat
 
@@ -19,6 +18,7 @@ from slurm_snap.record import record
 
 TYPE_CHECKING = False   # typing's import would cost every opted-in Prolog ~10 ms
 if TYPE_CHECKING:
+    import datetime as dt
     from typing import Any, ClassVar, Literal, Mapping
 
     Scope = Literal["volume", "fileset", "filesystem"]

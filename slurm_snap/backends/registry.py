@@ -14,7 +14,7 @@ and scan every installed distribution on each job's start path.
 """
 from __future__ import annotations
 
-import importlib
+import sys
 
 from slurm_snap import errors
 from slurm_snap.backends.base import Backend
@@ -88,7 +88,10 @@ class Registry:
                                        why=f"unknown (known: {', '.join(self.names())})")
         if name not in self._classes:
             module, _, attr = self._targets[name].partition(":")
-            cls = getattr(importlib.import_module(module), attr)
+            # __import__, not importlib.import_module: the `importlib` package
+            # (and the warnings module it loads) is ~1 ms of the Prolog.
+            __import__(module)
+            cls = getattr(sys.modules[module], attr)
             if not (isinstance(cls, type) and issubclass(cls, Backend)):
                 raise errors.ConfigError(path=f"entry point {GROUP}", key=name,
                                          why=f"{self._targets[name]} is not a Backend subclass")

@@ -16,7 +16,6 @@ import os
 import sys
 import time
 
-from ..clock import utcnow
 from ..errors import SnapError, Timeout
 from ..lazylog import getLogger
 from ..plainjson import dumps
@@ -84,13 +83,21 @@ def run_hook(name: str, body: Callable[[], str | None], *, cfg=None, job_id: int
     return 1 if policy == "closed" else 0
 
 
+def _utc_stamp() -> str:
+    """Now, as clock.utcnow().isoformat() writes it, without importing
+    datetime (~2 ms of an opted-in Prolog, for this one line)."""
+    us = time.time_ns() // 1000
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(us // 1_000_000))
+    return f"{stamp}.{us % 1_000_000:06d}+00:00" if us % 1_000_000 else f"{stamp}+00:00"
+
+
 def _log_line(cfg, name, job_id, node, status, message) -> None:
     """Append one JSON line to <log_dir>/hooks.log; never raises."""
     if cfg is None:
         return
     try:
         os.makedirs(cfg.paths.log_dir, mode=0o750, exist_ok=True)
-        rec = {"at": utcnow().isoformat(), "hook": name, "job_id": job_id,
+        rec = {"at": _utc_stamp(), "hook": name, "job_id": job_id,
                "node": node, "status": status, "message": message, "pid": os.getpid()}
         fd = os.open(os.path.join(cfg.paths.log_dir, "hooks.log"),
                      os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
