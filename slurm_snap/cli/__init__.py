@@ -76,7 +76,9 @@ def _forwarded(argv: list[str]) -> int | None:
         else:
             break
     rest = argv[i:]
-    if not rest or rest[0] not in USER_COMMANDS or "-h" in rest or "--help" in rest:
+    # Help and report's column list are answered here, as entry.py answers them.
+    if not rest or rest[0] not in USER_COMMANDS or "-h" in rest or "--help" in rest \
+            or rest in (["report", "-e"], ["report", "--helpformat"]):
         return None
     from .. import config as config_mod
 

@@ -107,6 +107,29 @@ def test_the_entry_point_validates_without_click_and_says_the_same(site):
     assert "import re" not in open(script).read()
 
 
+def test_help_and_version_are_clicks_own_text_without_click(site):
+    """--help, --version and report --helpformat answer from helptext.py,
+    without importing click, in the very words click prints for them."""
+    cfg, env = site
+    for columns in ("80", "200"):
+        run_env = {**env, "COLUMNS": columns}
+        for args in (["--version"], ["--help"], ["-h"], ["--config", str(cfg), "--help"],
+                     ["report", "--helpformat"], ["-v", "report", "-e"]):
+            fast = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {REPO!r}); "
+                                   "sys.argv[0] = 'slurm-snap'; from slurm_snap.entry import entry; entry()", *args],
+                                  capture_output=True, text=True, env=run_env, timeout=60)
+            slow = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {REPO!r}); "
+                                   "sys.argv[0] = 'slurm-snap'; from slurm_snap.cli import main; sys.exit(main())",
+                                   *args], capture_output=True, text=True, env=run_env, timeout=60)
+            assert (fast.returncode, fast.stdout, fast.stderr) == (slow.returncode, slow.stdout, slow.stderr), \
+                (columns, args)
+    for args in (["--version"], ["--help"], ["report", "--helpformat"]):
+        loaded = _loaded("import sys; sys.argv = ['slurm-snap', *%r]\n"
+                         "from slurm_snap.entry import entry\ntry:\n    entry()\nexcept SystemExit:\n    pass" % (args,),
+                         env)
+        assert not {m for m in loaded if m.split(".")[0] in ("click", "sqlalchemy")}, args
+
+
 # --- the config cache -------------------------------------------------------------------------
 def test_the_cache_answers_only_for_the_same_file(site, tmp_path):
     cfg, env = site
