@@ -13,7 +13,9 @@ Two strengths, chosen by the caller:
 from __future__ import annotations
 
 import _thread
+import errno
 import os
+import stat
 
 from .plainjson import dumps
 
@@ -124,17 +126,48 @@ def write_json(path: str, data, **kwargs) -> str:
     return atomic_write(path, dumps(data, sort_keys=True).encode() + b"\n", **kwargs)
 
 
-def read_json(path: str, max_bytes: int = MAX_JSON_BYTES):
+def _read_untrusted(path: str, max_bytes: int, owner_uid: int) -> bytes | None:
+    """Read a file in a directory another user may write, as root reads it:
+    never through a symbolic link (O_NOFOLLOW), never blocking on a FIFO
+    (O_NONBLOCK), only a regular file owned by that user or root, so a link
+    planted to /etc/shadow or a device is refused with its reason, not read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError("is a symbolic link" if exc.errno == errno.ELOOP else f"cannot open: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("is not a regular file")
+        if st.st_uid not in (owner_uid, 0):
+            raise ValueError(f"owned by uid {st.st_uid}, not uid {owner_uid}")
+        if st.st_nlink != 1:
+            raise ValueError("has other hard links")
+        return os.read(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+
+
+def read_json(path: str, max_bytes: int = MAX_JSON_BYTES, *, owner_uid: int | None = None):
     """The parsed JSON object in `path`, or None if the file does not exist.
 
+    `owner_uid`: the file lives where that user may write (a job's ack/):
+    read it only as `_read_untrusted` allows.
     Raises ValueError naming the problem for a file that is too large, not
     JSON or not an object; callers turn it into their own error.
     """
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(max_bytes + 1)
-    except FileNotFoundError:
-        return None
+    if owner_uid is not None:
+        raw = _read_untrusted(path, max_bytes, owner_uid)
+        if raw is None:
+            return None
+    else:
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read(max_bytes + 1)
+        except FileNotFoundError:
+            return None
     if len(raw) > max_bytes:
         raise ValueError(f"larger than {max_bytes} bytes")
     import json  # here: the Prolog of a first run reads nothing

@@ -65,9 +65,9 @@ def gid_of(uid: int) -> int | None:
         return None
 
 
-def _read(path: str):
+def _read(path: str, owner_uid: int | None = None):
     try:
-        return read_json(path)
+        return read_json(path, owner_uid=owner_uid)
     except ValueError as exc:
         raise BadValueError(what="file", value=path, why=str(exc)) from None
 
@@ -209,8 +209,12 @@ class JobDir:
     def write_early(self, decision: EarlyDecision) -> str:
         return write_json(self.early_path(decision.epoch), decision.to_json(), mode=0o600)
 
-    def read_early(self, epoch: str) -> EarlyDecision | None:
-        """What rank 0 decided for `epoch` (the Epilog records it with the set)."""
+    def read_early(self, epoch: str, owner_uid: int | None = None) -> EarlyDecision | None:
+        """What rank 0 decided for `epoch` (the Epilog records it with the set).
+
+        The file is in ack/, which the job's user writes: root (the Epilog)
+        passes that user's `owner_uid`, so a symbolic link, FIFO or hard link
+        planted there is refused, never followed."""
         path = self.early_path(epoch)
-        data = _read(path)
+        data = _read(path, owner_uid)
         return None if data is None else EarlyDecision.parse(data, path)

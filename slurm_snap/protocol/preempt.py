@@ -130,7 +130,7 @@ def epilog_cut(cfg, inventory, job, *, preempt_time=None, killed_at=None, clock=
         results = cut_all(mine, job_id=job.job_id, set_id=set_id, backend_for=backend_for, entries=entries,
                           clock=clock, budget=budget)
         hook("cut")
-        decided = _early_decision(dirs, epoch) if node == head else None
+        decided = _early_decision(dirs, epoch, uid) if node == head else None
         out = rec.record(set_id=set_id, job_id=job.job_id, node=node, parts=[r.record() for r in results],
                          preempt_known=t_pre is not None, early=decided,
                          preempt_time=t_kill.timestamp() if t_kill else None)
@@ -156,11 +156,11 @@ def prepare_resume(cfg, inventory, job, *, budget: float | None = None) -> Resum
     return found.resume
 
 
-def _early_decision(dirs: JobDir, epoch: str):
+def _early_decision(dirs: JobDir, epoch: str, owner_uid: int):
     """Rank 0's early-release decision, if it wrote one the Epilog can read
     (the job's user writes ack/: a malformed one is logged, never fatal)."""
     try:
-        return dirs.read_early(epoch)
+        return dirs.read_early(epoch, owner_uid)
     except (OSError, BadValueError) as exc:
         log.warning("job %s: early-release decision for %s not read: %s", dirs.job_id, epoch, exc)
         return None

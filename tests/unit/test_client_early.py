@@ -5,6 +5,7 @@ preempted and may be requeued. The scontrol calls are injected here (what
 tests/integration/test_early_release_cluster.py runs the real one."""
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -14,6 +15,7 @@ import pytest
 
 from slurm_snap.client import Checkpointer, early
 from slurm_snap.jobrecords import Ack
+from slurm_snap.errors import BadValueError
 from slurm_snap.fsio import write_json
 from slurm_snap.jobdir import JobDir
 
@@ -191,3 +193,32 @@ def test_a_scontrol_killed_by_the_requeue_it_made_leaves_the_intent(tmp_path):
     watch(jd, sc).join(5)
     assert sc.calls[-1] == ["requeue", JOB]
     assert jd.read_early("preempt-0").decision == "requeueing"
+
+
+def test_epilog_reads_the_decision_without_following_what_the_user_planted(tmp_path):
+    """ack/ is the job user's: the Epilog (root) reads rank 0's decision with
+    the owner's uid, so a symbolic link, a FIFO or a hard link planted under
+    the decision's name is refused with its reason, never followed."""
+    jd = jobdir(tmp_path)
+    me = os.getuid()
+    path = jd.early_path("preempt-0")
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"not": "a decision"}')
+    os.symlink(secret, path)
+    with pytest.raises(BadValueError, match="symbolic link"):
+        jd.read_early("preempt-0", me)
+    os.unlink(path)
+    os.mkfifo(path)
+    with pytest.raises(BadValueError, match="not a regular file"):
+        jd.read_early("preempt-0", me)
+    os.unlink(path)
+    os.link(secret, path)
+    with pytest.raises(BadValueError, match="hard links"):
+        jd.read_early("preempt-0", me)
+    os.unlink(path)
+    assert jd.read_early("preempt-0", me) is None        # nothing written: no decision
+    secret.rename(path)
+    if me == 0:
+        os.chown(path, 12345, -1)                        # root's own files always pass: another user's
+    with pytest.raises(BadValueError, match="owned by uid"):
+        jd.read_early("preempt-0", 4242)
