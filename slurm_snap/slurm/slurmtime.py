@@ -25,6 +25,9 @@ a year is this year, or last year when its month is later than this one; with
 past=False they are the next such time, as sbatch --begin reads them.
 The clock (`now`) and the zone (`tz`) are parameters so tests do not depend on
 when or where they run; tz=None means the system's local zone.
+
+Length: one home for Slurm's time syntax, parsing and printing; the scanner
+is libslurm's, token by token, and does not split without scattering it.
 """
 from __future__ import annotations
 
