@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     common.standard_args(parser)
     args = parser.parse_args(argv)
     if args.quick:
-        args.steps, args.block = 60, 10
+        args.steps, args.block = 30, 10   # three blocks per variant: a smoke run
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -370,6 +370,7 @@ def main(argv=None) -> int:
     train_model = nn.parallel.DistributedDataParallel(model) if grouped else model
 
     loss_fn = nn.MSELoss()
+    ignored = 0
     try:
         for step, (x, y) in zip(range(start + 1, args.steps + 1), batches(args, ckpt.rank, start)):
             optimizer.zero_grad()
@@ -381,6 +382,9 @@ def main(argv=None) -> int:
                 say(f"params step {step} rank {ckpt.rank} {params_digest(model)}")
                 snap.mark_first_step(step)
             action = ckpt.decide(step)
+            if ckpt.ignored_signals != ignored:
+                ignored = ckpt.ignored_signals
+                log(f"step {step}: a checkpoint signal with no slurm-snap request and no preemption: ignored")
             if action.stop:
                 log(f"terminating at step {step}")
                 raise Terminated

@@ -59,12 +59,28 @@ take_lock() {
 	flock -w 600 9 || die "could not lock $DEV_RUN_DIR/lock within 600 s"
 }
 
-# Runs a daemon with a clean environment, no inherited lock fd and no tie to
-# the caller's stdout (a test harness waiting for EOF would hang otherwise).
+# Runs a daemon with a clean environment, no inherited descriptor and no tie
+# to the caller's stdout (a test harness waiting for EOF would hang otherwise).
+# Every descriptor above 2 is closed, not only this script's own lock (fd 9):
+# `flock FILE scripts/dev-cluster up` hands its lock down as fd 3, and a
+# munged or slurm-snap service that kept it held the machine's heavy-work
+# lock for as long as it lived (seen: munged, shared by every cluster, kept
+# every other run waiting after the cluster that started it was done).
 spawn() {
 	local logfile=$1
 	shift
-	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@" </dev/null >>"$logfile" 2>&1 9>&-
+	(exec_daemon "$@" </dev/null >>"$logfile" 2>&1)
+}
+
+# Execs a daemon (in a subshell of the caller's) with a clean environment and
+# every descriptor above 2 closed; its stdio is the caller's redirections.
+exec_daemon() {
+	local fd
+	for fd in /proc/$BASHPID/fd/*; do
+		fd=${fd##*/}
+		[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+	done
+	exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"
 }
 
 # Paths end up in config files and sed expressions: keep them boring.

@@ -17,6 +17,8 @@
 #   STATE/mnt/zfs (with up --zfs)                  (shared, every host; mounts
 #                           zfs-fuse makes below it propagate: lib-zfs.sh)
 #   STATE/disks, STATE/hosts, STATE/img            (hidden: empty tmpfs)
+#   /usr/local/bin/slurm-snap, /etc/slurm-snap/slurm-snap.toml  (README's admin
+#                           steps 1-2: the venv's helper, the host's config)
 # Daemons are started with nsenter --net --mount (ip netns exec would remount
 # /sys and slurmd fails on /sys/fs/cgroup: ../shared/SLURM-LAB.md).
 
@@ -257,11 +259,29 @@ host_mounts() {
 		in_mounts "$h" mount --bind "$STATE/disks/$h/xscratch" "$STATE/mnt/xscratch"
 		in_mounts "$h" umount -l "$STATE/disks/$h/scratch" "$STATE/disks/$h/xscratch"
 	fi
+	admin_paths "$h"
 	# The machine room's view of every disk and every host's private tree
 	# stays in the machine room.
 	for d in disks hosts img; do
 		in_mounts "$h" mount -t tmpfs -o ro,size=16k,mode=0755 machine-room "$STATE/$d"
 	done
+}
+
+# README's admin steps 1 and 2 on every host: the helper linked as
+# /usr/local/bin/slurm-snap (users' PATH) and the host's configuration at the
+# default path, so a user's plain `slurm-snap report` on login works as the
+# user guide says. The machine's own /usr/local/bin stays visible under the
+# link (a read-only overlay); /etc/slurm-snap is each host's own (a bind
+# mount, which needs the empty directory on the machine as its mount point).
+admin_paths() {
+	local h=$1 bin=$STATE/etc/usr-local-bin
+	install -d -m 0755 "$bin" "$STATE/hosts/$h/etc/slurm-snap" /etc/slurm-snap
+	ln -sfn "$HELPER" "$bin/slurm-snap"
+	# Absolute, as seen inside the host: STATE/local is its private tree.
+	ln -sfn "$STATE/local/etc/slurm-snap.toml" "$STATE/hosts/$h/etc/slurm-snap/slurm-snap.toml"
+	in_mounts "$h" mount -t overlay slurm-snap-bin -o "lowerdir=$bin:/usr/local/bin" /usr/local/bin ||
+		die "$h: cannot put slurm-snap on /usr/local/bin (overlay)"
+	in_mounts "$h" mount --bind "$STATE/hosts/$h/etc/slurm-snap" /etc/slurm-snap
 }
 
 # A namespace lives while a process is in it or its file is mounted: the
@@ -280,14 +300,16 @@ mnt_down() {
 	fi
 }
 
-# PIDs of every process inside this cluster's network or mount namespaces:
-# ours by construction (daemons, jobs, hooks, sessions started in them).
+# PIDs of every process inside this cluster's network or mount namespaces
+# (or those of the hosts named): ours by construction (daemons, jobs, hooks,
+# sessions started in them).
 host_pids() {
-	local h ino pid link want=" "
-	for h in $HOSTS sw; do
+	local h ino pid link want=" " hosts=${*:-$HOSTS sw}
+	for h in $hosts; do
 		ino=$(ns_inode "$(netns_path "$h")") && want="$want net:[$ino] "
 	done
-	for h in $HOSTS; do
+	for h in $hosts; do
+		[ "$h" = sw ] && continue
 		mnt_ns_alive "$h" || continue
 		ino=$(ns_inode "$(mntns_path "$h")") && want="$want mnt:[$ino] "
 	done
@@ -299,6 +321,51 @@ host_pids() {
 			case $want in *" $link "*) printf '%s\n' "$pid"; break ;; esac
 		done
 	done
+}
+
+# A node "rebooted" (dev-cluster reboot): every process in its namespaces is
+# killed at once, as a power cut would, and both namespaces are destroyed;
+# net_up and mnt_up make them again. Its disks and its private tree
+# (STATE/hosts/H: config, logs, the slurm-snap spool) stay, as a disk does.
+host_power_off() {
+	local h=$1 pids pid i alive
+	pids=$(host_pids "$h" | tr '\n' ' ')
+	if [ -n "${pids// /}" ]; then
+		kill -KILL $pids 2>/dev/null || true
+		for i in $(seq 1 50); do
+			alive=""
+			for pid in $pids; do running "$pid" && alive="$alive $pid"; done
+			[ -n "$alive" ] || break
+			sleep 0.1
+		done
+	fi
+	# Its daemons are dead by construction; a killed one may linger as a
+	# zombie with its name (pid_from_file would take it for alive).
+	rm -f "$STATE/hosts/$h/run/"*.pid
+	if mnt_ns_alive "$h"; then
+		umount "$(mntns_path "$h")" 2>/dev/null || umount -l "$(mntns_path "$h")" || die "cannot unmount $(mntns_path "$h")"
+	fi
+	rm -f "$(mntns_path "$h")"
+	netns_exists "$(netns_of "$h")" && ip netns del "$(netns_of "$h")"
+	return 0
+}
+
+# After host_power_off and net_up: the host's new eth0 has a new MAC (a real
+# NIC keeps its own across a reboot), so every other host forgets the old one
+# rather than send to it until its neighbour entry expires.
+host_forget_mac() {
+	local h=$1 o
+	for o in $HOSTS; do
+		[ "$o" = "$h" ] && continue
+		netns_exists "$(netns_of "$o")" && ip -n "$(netns_of "$o")" neigh flush to "$(host_addr "$h")" 2>/dev/null
+	done
+	return 0
+}
+
+# A host's link cut or restored at the switch (dev-cluster net): its eth0
+# loses its carrier, packets to and from it go nowhere, its processes live on.
+host_link() {
+	ip -n "$SWITCH_NS" link set "$TAG-$1" "$2"
 }
 
 stop_host_processes() {

@@ -8,7 +8,7 @@
 # is root's alone) and login holds no credentials at all.
 # Sets INVENTORY_URL (ctl), NODE_INVENTORY_URL, LOGIN_INVENTORY_URL, SERVICE_LISTEN.
 
-SERVICE_PORT=6819
+SERVICE_PORT=6830
 
 inventory_dir() {
 	case $INVENTORY in
@@ -61,10 +61,7 @@ inventory_up() {
 		INVENTORY_URL="sqlite:///$dir/inventory.db"
 		;;
 	postgres | mariadb)
-		# Inside ctl: the server binds ctl's address, its files are ctl's.
-		INVENTORY_URL=$(on_host ctl "$REPO/scripts/$INVENTORY" start "$dir" --listen "$ctl_addr" \
-			--port "$([ "$INVENTORY" = postgres ] && echo 5432 || echo 3306)" --subnet "$SUBNET.0/24" \
-			</dev/null 9>&-) || die "$INVENTORY on ctl did not start (log: $(inventory_dir_root)/server.log)"
+		INVENTORY_URL=$(start_db) || die "$INVENTORY on ctl did not start (log: $(inventory_dir_root)/server.log)"
 		;;
 	*) die "unknown inventory '$INVENTORY' (sqlite, postgres or mariadb)" ;;
 	esac
@@ -83,6 +80,20 @@ inventory_up() {
 		# No password on login (users read its config): reachable, not usable.
 		LOGIN_INVENTORY_URL=$(printf '%s\n' "$INVENTORY_URL" | sed -E 's|://([^:@/]+):[^@/]*@|://\1@|')
 	fi
+}
+
+# The database server alone (postgres, mariadb), inside ctl: the server binds
+# ctl's address, its files are ctl's. Idempotent; prints its URL. `stop_db`
+# and `start_db` are also `dev-cluster stop|start STATE inventory` (the fault
+# tests restart the database during a cut).
+start_db() {
+	on_host ctl "$REPO/scripts/$INVENTORY" start "$(inventory_dir)" --listen "$(host_addr ctl)" \
+		--port "$([ "$INVENTORY" = postgres ] && echo 5432 || echo 3306)" --subnet "$SUBNET.0/24" </dev/null 9>&-
+}
+
+stop_db() {
+	mnt_ns_alive ctl && netns_exists "$(netns_of ctl)" &&
+		on_host ctl "$REPO/scripts/$INVENTORY" stop "$(inventory_dir)" </dev/null 9>&- >/dev/null 2>&1 || true
 }
 
 inventory_running() {
@@ -119,13 +130,12 @@ start_service() {
 	die "slurm-snap serve on ctl wrote no PID file (log: $STATE/hosts/ctl/log/slurm-snap-serve.log)"
 }
 
+stop_service() { stop_pidfile "$STATE/hosts/ctl/run/slurm-snap-serve.pid" slurm-snap; }
+
 inventory_down() {
-	stop_pidfile "$STATE/hosts/ctl/run/slurm-snap-serve.pid" slurm-snap
+	stop_service
 	case $INVENTORY in
-	postgres | mariadb)
-		mnt_ns_alive ctl && netns_exists "$(netns_of ctl)" &&
-			on_host ctl "$REPO/scripts/$INVENTORY" stop "$(inventory_dir)" </dev/null 9>&- >/dev/null 2>&1 || true
-		;;
+	postgres | mariadb) stop_db ;;
 	esac
 	return 0
 }

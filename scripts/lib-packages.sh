@@ -16,9 +16,15 @@ iproute2 util-linux"
 # stop by PID (tests/integration/ceph_cluster.py). ceph-mds depends on the
 # `ceph` metapackage, so mon, mgr and osd come along anyway; naming them says
 # what the fixture runs. Measured on a fresh Debian 12: 94 packages, 246 MB,
-# about 29 s.
-TEST_PACKAGES="prometheus groff-base man-db zfs-fuse systemd
-ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common"
+# about 29 s. debootstrap makes the Debian 12 and 13 roots the packages are
+# built and installed in, rpm brings rpmbuild for the RPM spec
+# (tests/integration/test_package.py, docs/packaging.md). runc (Debian's OCI
+# runtime, a few MB) runs the containers of
+# tests/integration/test_containers_cluster.py under Slurm's oci.conf
+# (scripts/lib-slurm.sh says why not crun).
+TEST_PACKAGES="prometheus groff-base man-db zfs-fuse systemd debootstrap rpm
+ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common
+runc"
 # The one place that names the venv the hooks, the SPANK plugin's helper=,
 # tests, the demo and benchmarks run. Two developers (or a developer and CI) on
 # one machine each set their own, so one's reinstall cannot break the other's
@@ -69,7 +75,10 @@ project_hash() {
 
 # Builds a wheel from a copy of the project (pip's in-tree build would leave
 # build/ and *.egg-info in the developer's work tree), then installs it:
-# first with its extras so new dependencies arrive (a no-op when satisfied),
+# first with its extras so new dependencies arrive (a no-op when satisfied;
+# torch, Lightning, torchdata, transformers and accelerate for the framework
+# examples and their tests: torch==2.13.0 from the local wheel house, so
+# nothing asks for a CUDA build),
 # then --force-reinstall --no-deps so the code is replaced even when the
 # version did not change. torch comes from the local wheel house.
 install_project() {
@@ -80,7 +89,7 @@ install_project() {
 	{
 		"$VENV/bin/pip" wheel --disable-pip-version-check -q --no-deps -w "$tmp/dist" "$tmp" &&
 			whl=$(ls "$tmp"/dist/*.whl) &&
-			"$VENV/bin/pip" install --disable-pip-version-check -q --find-links "$WHEELS" "$whl[test,example,postgres,mysql]" &&
+			"$VENV/bin/pip" install --disable-pip-version-check -q --find-links "$WHEELS" "$whl[test,example,hf,postgres,mysql]" &&
 			"$VENV/bin/pip" install --disable-pip-version-check -q --no-deps --force-reinstall "$whl"
 	} </dev/null >>"$STATE/log/pip.log" 2>&1 9>&- || rc=$?
 	rm -rf "$tmp"

@@ -5,18 +5,54 @@
 # STATE/local (lib-hosts.sh).
 
 GRACE_TIME=10       # low partition's GraceTime; also [protocol] grace, hence the cli_filter's signal time
-CRED_EXPIRE=5       # requeued jobs restart after this many seconds
+# Requeued jobs restart after this many seconds; SLURM_SNAP_CRED_EXPIRE=default
+# leaves Slurm's own (120 s; benchmarks/resume.py measures with it).
+CRED_EXPIRE=${SLURM_SNAP_CRED_EXPIRE:-5}
+case $CRED_EXPIRE in default | [0-9] | [0-9]*[0-9]) ;; *) die "SLURM_SNAP_CRED_EXPIRE=$CRED_EXPIRE: a number of seconds or 'default'" ;; esac
 LOW_OVERSUBSCRIBE=4 # jobs per CPU on low: 3 nodes x 2 CPUs x 4 = 24 one-CPU jobs at once
 PLUGIN_DIR_REL=lib
 LIBEXEC_REL=libexec
 CTLD_PORT=6817      # Slurm's defaults: every host has its own network namespace
 SLURMD_PORT=6818
 
+# Package mode (`up --package DEB`, remembered in STATE/etc/package): the
+# machine runs slurm-snap from the installed package, as an admin's cluster
+# does; otherwise from the checkout, built and installed into STATE.
+PACKAGE_PREFIX=/usr/lib/slurm-snap
+PACKAGE_LIBEXEC=/usr/libexec/slurm-snap
+PACKAGE_SHARE=/usr/share/slurm-snap
+PACKAGE_DEFAULTS=/etc/default/slurm-snap
+
+package_mode() { [ -s "$STATE/etc/package" ]; }
+
 slurm_paths() {
 	SLURM_CONF=$STATE/etc/slurm.conf
 	SNAP_CONFIG=$STATE/local/etc/slurm-snap.toml   # each host's own file, same path
 	HELPER=$VENV/bin/slurm-snap
+	package_mode && HELPER=$PACKAGE_PREFIX/venv/bin/slurm-snap
 	CTLD_PID=$STATE/hosts/ctl/run/slurmctld.pid
+}
+
+# `apt-get install ./slurm-snap_*.deb` on the machine, as an admin would on
+# each host (the hosts share the machine's /usr and /etc). The admin's
+# conffiles this cluster changed are kept (--force-confold); package scripts
+# start no daemon (policy-rc.d).
+install_package() {
+	local deb=$1 created_policy=""
+	log "installing $(basename "$deb") on the machine (apt-get install; log: $STATE/log/apt.log)"
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 0755 /usr/sbin/policy-rc.d
+		created_policy=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -o Dpkg::Options::=--force-confold \
+		install -y "$deb" </dev/null >>"$STATE/log/apt.log" 2>&1 || {
+		[ -n "$created_policy" ] && rm -f /usr/sbin/policy-rc.d
+		tail -n 20 "$STATE/log/apt.log" >&2
+		die "apt-get install $deb failed (log: $STATE/log/apt.log)"
+	}
+	[ -n "$created_policy" ] && rm -f /usr/sbin/policy-rc.d
+	return 0
 }
 
 slurmd_pidfile() { printf '%s/hosts/%s/run/slurmd.pid\n' "$STATE" "$1"; }
@@ -89,7 +125,7 @@ SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=cred_expire=$CRED_EXPIRE
+$( [ "$CRED_EXPIRE" = default ] || printf 'AuthInfo=cred_expire=%s' "$CRED_EXPIRE")
 StateSaveLocation=$STATE/local/state
 SlurmdSpoolDir=$STATE/local/spool/slurmd
 SlurmctldPidFile=$STATE/local/run/slurmctld.pid
@@ -97,6 +133,8 @@ SlurmdPidFile=$STATE/local/run/slurmd.pid
 SlurmctldLogFile=$STATE/local/log/slurmctld.log
 SlurmdLogFile=$STATE/local/log/slurmd.log
 PlugStackConfig=$STATE/etc/plugstack.conf
+# The chosen Slurm's own (Debian's binaries of 24.11/26.05 have /usr's compiled in).
+PluginDir=$SLURM_PLUGIN_DIR
 MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -117,8 +155,14 @@ MaxJobCount=20000
 CONF
 		# What an admin merges from etc/, with this cluster's install paths and
 		# the spellings of the running Slurm's version (one place decides them).
-		sed -e "s|/usr/local/libexec/slurm-snap|$STATE/$LIBEXEC_REL|g" -e '/^SlurmctldParameters=preempt_send_user_signal$/d' \
-			-e '/^#PreemptParameters=send_user_signal$/d' "$REPO/etc/slurm.conf.slurm-snap"
+		if package_mode; then
+			# The package's copy already names its entry points.
+			sed -e '/^SlurmctldParameters=preempt_send_user_signal$/d' -e '/^#PreemptParameters=send_user_signal$/d' \
+				"$PACKAGE_SHARE/slurm.conf.slurm-snap"
+		else
+			sed -e "s|/usr/local/libexec/slurm-snap|$STATE/$LIBEXEC_REL|g" -e '/^SlurmctldParameters=preempt_send_user_signal$/d' \
+				-e '/^#PreemptParameters=send_user_signal$/d' "$REPO/etc/slurm.conf.slurm-snap"
+		fi
 		slurm_conf_version_lines "$SLURM_SNAP_SLURM"
 		for n in $NODES; do
 			printf 'NodeName=%s NodeHostname=%s NodeAddr=%s CPUs=2 RealMemory=2000 State=UNKNOWN\n' \
@@ -134,6 +178,30 @@ CONF
 	} >"$SLURM_CONF.new"
 	mv "$SLURM_CONF.new" "$SLURM_CONF"
 	chmod 0644 "$SLURM_CONF"
+	write_oci_conf
+}
+
+# Slurm's OCI containers (`srun --container=BUNDLE`): oci.conf beside
+# slurm.conf, Debian's runc run rootless as the job's user. Its state goes
+# under /tmp/slurm-oci-USER: 22.05 knows no %U (the uid; "fatal:
+# _generate_pattern: unexpected replacement character: U" kills the step),
+# which Slurm's own examples use for /run/user/%U, and no logind makes
+# /run/user here. Not crun: 1.8.1 refuses this host's hybrid cgroups ("cgroups
+# in hybrid mode not supported, drop all controllers from cgroupv2": hugetlb
+# is on the v2 hierarchy), with --cgroup-manager=disabled too. Without runc
+# there is no oci.conf and --container fails with Slurm's own message.
+write_oci_conf() {
+	local oci=$STATE/etc/oci.conf runc=/usr/bin/runc root='/tmp/slurm-oci-%u' id='%n.%u.%j.%s.%t'
+	rm -f "$oci"
+	[ -x "$runc" ] || return 0
+	cat >"$oci" <<OCI
+# Generated by scripts/dev-cluster: Slurm's OCI containers through runc, rootless.
+RunTimeQuery="$runc --rootless=true --root=$root state $id"
+RunTimeKill="$runc --rootless=true --root=$root kill -a $id"
+RunTimeDelete="$runc --rootless=true --root=$root delete --force $id"
+RunTimeRun="$runc --rootless=true --root=$root run --bundle %b $id"
+OCI
+	chmod 0644 "$oci"
 }
 
 # The inventory URL each host's config names (lib-inventory.sh sets
@@ -187,8 +255,18 @@ write_snap_config() {
 # one shared copy of the plugin and entry points (like /usr/local on NFS);
 # the entry points name the config path every host has its own file at.
 install_slurm_snap() {
-	local f name ctl_conf
+	local f name record=foreground
 	slurm_paths
+	# PrologSlurmctld records in the background unless the config forbids it
+	# (asked on ctl, where that hook runs).
+	if [ "$(on_host ctl "$HELPER" --config "$SNAP_CONFIG" config get hooks.failure_policy)" != closed ] &&
+		[ "$(on_host ctl "$HELPER" --config "$SNAP_CONFIG" config get hooks.record_in_background)" = true ]; then
+		record=background
+	fi
+	if package_mode; then
+		install_slurm_snap_from_package "$record"
+		return 0
+	fi
 	# Against the chosen Slurm's headers (SLURM_INCLUDE, lib-slurm-version.sh).
 	make -s -C "$REPO/spank" BUILDDIR="$STATE/build/spank" PLUGINDIR="$STATE/$PLUGIN_DIR_REL" \
 		SLURM_INCLUDE="$SLURM_INCLUDE" install \
@@ -198,25 +276,41 @@ install_slurm_snap() {
 		"$REPO/etc/plugstack.conf" >"$STATE/etc/plugstack.conf"
 	# The signal and its time come from the configuration ([protocol], whose
 	# grace is this cluster's GraceTime), as etc/README.md tells an admin.
-	on_host ctl "$HELPER" --config "$SNAP_CONFIG" config cli-filter "$REPO/etc/cli_filter.lua" \
-		>"$STATE/etc/cli_filter.lua.new" || die "slurm-snap config cli-filter failed"
-	mv "$STATE/etc/cli_filter.lua.new" "$STATE/etc/cli_filter.lua"
-	chmod 0644 "$STATE/etc/plugstack.conf" "$STATE/etc/cli_filter.lua"
+	write_cli_filter "$REPO/etc/cli_filter.lua"
 	install -d -m 0755 "$STATE/$LIBEXEC_REL"
-	# PrologSlurmctld records in the background unless the config forbids it
-	# (asked on ctl, where that hook runs).
-	record=foreground
-	if [ "$(on_host ctl "$HELPER" --config "$SNAP_CONFIG" config get hooks.failure_policy)" != closed ] &&
-		[ "$(on_host ctl "$HELPER" --config "$SNAP_CONFIG" config get hooks.record_in_background)" = true ]; then
-		record=background
-	fi
+	# Site overrides come from each host's own file (STATE/local/etc, absent
+	# unless a test writes one), never from a package's /etc/default on the machine.
 	for f in "$REPO"/prolog/slurm-snap-* "$REPO"/epilog/slurm-snap-*; do
 		name=$(basename "$f")
 		sed -e "s|^HELPER=.*|HELPER=$HELPER|" -e "s|^CONFIG=.*|CONFIG=$SNAP_CONFIG|" \
-			-e "s|^RECORD=.*|RECORD=$record|" "$f" >"$STATE/$LIBEXEC_REL/$name.new"
+			-e "s|^RECORD=.*|RECORD=$record|" -e "s|^DEFAULTS=.*|DEFAULTS=$(dirname "$SNAP_CONFIG")/hooks.default|" \
+			"$f" >"$STATE/$LIBEXEC_REL/$name.new"
 		chmod 0755 "$STATE/$LIBEXEC_REL/$name.new"
 		mv "$STATE/$LIBEXEC_REL/$name.new" "$STATE/$LIBEXEC_REL/$name"
 	done
+}
+
+write_cli_filter() {
+	# 25.11+: opted-in batch jobs ask for --requeue=expedite, which the
+	# version's slurm.conf lines allow (the same decision, one place).
+	local expedite=()
+	slurm_conf_version_lines "$SLURM_SNAP_SLURM" | grep -q '^SlurmctldParameters=enable_expedited_requeue$' && expedite=(--expedite)
+	on_host ctl "$HELPER" --config "$SNAP_CONFIG" config cli-filter "${expedite[@]}" "$1" \
+		>"$STATE/etc/cli_filter.lua.new" || die "slurm-snap config cli-filter failed"
+	mv "$STATE/etc/cli_filter.lua.new" "$STATE/etc/cli_filter.lua"
+	chmod 0644 "$STATE/etc/plugstack.conf" "$STATE/etc/cli_filter.lua"
+}
+
+# The package's own files where an admin finds them: the plugin and helper of
+# /etc/slurm-snap/plugstack.conf, the entry points in /usr/libexec (named by
+# slurm.conf), their configuration path and recording mode in
+# /etc/default/slurm-snap: nothing built or copied from the checkout.
+install_slurm_snap_from_package() {
+	local record=$1
+	[ -x "$HELPER" ] && [ -r "$PACKAGE_PREFIX/slurm_snap.so" ] || die "the slurm-snap package is not installed"
+	sed -e "s|config=[^ ]*|config=$SNAP_CONFIG|" /etc/slurm-snap/plugstack.conf >"$STATE/etc/plugstack.conf"
+	write_cli_filter "$PACKAGE_SHARE/cli_filter.lua"
+	printf 'CONFIG=%s\nRECORD=%s\n' "$SNAP_CONFIG" "$record" >"$PACKAGE_DEFAULTS"
 }
 
 # The inventory schema must exist before the first hook records anything.
@@ -235,6 +329,7 @@ write_env_file() {
 SLURM_CONF=$SLURM_CONF
 SLURM_SNAP_CONFIG=$SNAP_CONFIG
 SLURM_SNAP_HELPER=$HELPER
+SLURM_SNAP_PACKAGE=$(cat "$STATE/etc/package" 2>/dev/null || true)
 SLURM_SNAP_PYTHON=$PYTHON
 SLURM_SNAP_SLURM=$SLURM_SNAP_SLURM
 SLURM_SNAP_SLURM_BIN=$SLURM_BIN
@@ -280,21 +375,57 @@ daemons_all_up() {
 	pid_from_file "$CTLD_PID" slurmctld >/dev/null || return 1
 	for n in $NODES; do pid_from_file "$(slurmd_pidfile "$n")" slurmd >/dev/null || return 1; done
 	for n in $NODES; do pid_from_file "$STATE/hosts/$n/run/sshd.pid" sshd >/dev/null || return 1; done
+	for n in $NODES; do pid_from_file "$(node_agent_pidfile "$n")" slurm-snap >/dev/null || return 1; done
 	inventory_running
+}
+
+# --- slurm-snap's node agents --------------------------------------------------
+# The stand-in for etc/slurm-snap-node-agent.timer (this cluster has no
+# systemd): on every node `slurm-snap node-agent --loop` runs one pass every
+# NODE_AGENT_EVERY seconds (the timer's period is 30 s; shorter here, so the
+# fault tests' figures are not the timer's), started and stopped by its PID
+# file like the other daemons, and started again by `reboot` as a node's
+# systemd would start the timer at boot.
+NODE_AGENT_EVERY=5
+node_agent_pidfile() { printf '%s/hosts/%s/run/slurm-snap-node-agent.pid\n' "$STATE" "$1"; }
+
+start_node_agents() {
+	local n i
+	slurm_paths
+	for n in ${1:-$NODES}; do
+		pid_from_file "$(node_agent_pidfile "$n")" slurm-snap >/dev/null && continue
+		spawn_on "$n" "$STATE/hosts/$n/log/slurm-snap-node-agent.log" /usr/bin/setsid -f \
+			/usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+			"$HELPER" --config "$SNAP_CONFIG" node-agent --loop "$NODE_AGENT_EVERY" \
+			--pidfile "$STATE/local/run/slurm-snap-node-agent.pid"
+	done
+	for n in ${1:-$NODES}; do
+		for i in $(seq 1 100); do
+			pid_from_file "$(node_agent_pidfile "$n")" slurm-snap >/dev/null && break
+			sleep 0.1
+		done
+		pid_from_file "$(node_agent_pidfile "$n")" slurm-snap >/dev/null ||
+			die "the node agent on $n wrote no PID file (log: $STATE/hosts/$n/log/slurm-snap-node-agent.log)"
+	done
+}
+
+stop_node_agents() {
+	local n
+	for n in ${1:-$NODES}; do stop_pidfile "$(node_agent_pidfile "$n")" slurm-snap; done
 }
 
 start_slurm() {
 	local n
 	slurm_paths
 	install -d -m 0700 "$STATE/hosts/ctl/state"
-	if ! pid_from_file "$CTLD_PID" slurmctld >/dev/null; then
-		spawn_on ctl "$STATE/hosts/ctl/log/slurmctld.out" "$SLURM_SBIN/slurmctld" -f "$SLURM_CONF" ||
-			die "slurmctld failed: $(tail -n 20 "$STATE/hosts/ctl/log/slurmctld.log" 2>/dev/null)"
-	fi
+	start_slurmctld
 	for n in $NODES; do
 		install -d -m 0755 "$STATE/hosts/$n/spool/slurmd"
 		if ! pid_from_file "$(slurmd_pidfile "$n")" slurmd >/dev/null; then
-			spawn_on "$n" "$STATE/hosts/$n/log/slurmd.out" "$SLURM_SBIN/slurmd" -f "$SLURM_CONF" -N "$n" ||
+			# -d: the chosen version's slurmstepd, not the one compiled in
+			# (Debian's builds name /usr/sbin's, which is 22.05's here).
+			spawn_on "$n" "$STATE/hosts/$n/log/slurmd.out" "$SLURM_SBIN/slurmd" -f "$SLURM_CONF" -N "$n" \
+				-d "$SLURM_SBIN/slurmstepd" ||
 				die "slurmd $n failed: $(tail -n 20 "$STATE/hosts/$n/log/slurmd.log" 2>/dev/null)"
 		fi
 	done
@@ -345,4 +476,11 @@ stop_slurm() {
 	slurm_paths
 	for n in $NODES; do stop_pidfile "$(slurmd_pidfile "$n")" slurmd; done
 	stop_pidfile "$CTLD_PID" slurmctld
+}
+
+start_slurmctld() {
+	slurm_paths
+	pid_from_file "$CTLD_PID" slurmctld >/dev/null && return 0
+	spawn_on ctl "$STATE/hosts/ctl/log/slurmctld.out" "$SLURM_SBIN/slurmctld" -f "$SLURM_CONF" ||
+		die "slurmctld failed: $(tail -n 20 "$STATE/hosts/ctl/log/slurmctld.log" 2>/dev/null)"
 }

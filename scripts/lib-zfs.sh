@@ -45,10 +45,9 @@ zfs_up() {
 	: >"$STATE/etc/zfs"
 	if ! zfs_answers; then
 		log "starting zfs-fuse (one per machine; stopped at down if no other pool is left)"
-		# -n: foreground, and env execs it, so $! is the daemon's PID; no
-		# kstat mount left behind; fd 9 (the machine-wide lock) closed.
-		env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 /usr/sbin/zfs-fuse -n --no-kstat-mount \
-			</dev/null >>"$STATE/log/zfs-fuse.log" 2>&1 9>&- &
+		# -n: foreground, and the subshell execs it, so $! is the daemon's PID;
+		# no kstat mount left behind; no inherited lock (exec_daemon).
+		(exec_daemon /usr/sbin/zfs-fuse -n --no-kstat-mount </dev/null >>"$STATE/log/zfs-fuse.log" 2>&1) &
 		printf '%s\n' "$!" >"$ZFS_PID"
 		for i in $(seq 1 150); do
 			zfs_answers && break

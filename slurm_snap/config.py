@@ -32,37 +32,80 @@ class InventoryConfig:
     # SQLite must sit on a local disk of the host that runs the coordinator and
     # the slurmctld hooks; PostgreSQL/MariaDB URLs may be written from any host.
     url: str = "sqlite:////var/lib/slurm-snap/inventory.db"
+    # Seconds a writer waits for a lock before failing.
     busy_timeout: float = 30.0
 
 
 @record
 class ServiceConfig:
-    # On the controller: where `slurm-snap serve` listens ("ADDR:PORT").
-    # Nodes and login hosts do not set it: their [inventory] url names it
-    # (slurm-snap://ADDR:PORT) and they hold no database credentials.
+    # On the controller: where `slurm-snap serve` listens ("ADDR[:PORT]",
+    # port 6830 when left out: none of Slurm's 6817-6820). Nodes and login
+    # hosts do not set it: their [inventory] url names it
+    # (slurm-snap://ADDR[:PORT]) and they hold no database credentials.
     listen: str = ""
     # munged's socket; "" is munge's own default (/run/munge/munge.socket.2).
     munge_socket: str = ""
-    # How long a forwarded command may run (a snapshot, a restore drill).
+    # How long a request may run (a snapshot, a restore drill); past it the
+    # service ends the request and tells the client.
     timeout: float = 3600.0
+    # A request must arrive whole within this many seconds: a client that
+    # sends a byte at a time holds a connection no longer.
+    request_timeout: float = 10.0
+    # Requests served at once; one more is refused as busy (logged with its
+    # peer) and the client tries again for up to 30 s.
+    max_connections: int = 64
+    # Requests of one user served at once (root's, the hooks', count only
+    # against max_connections).
+    max_per_user: int = 8
+    # Nodes and login hosts: how long to wait for the service to accept a
+    # connection. A hook gives up on it (and keeps what it cut in its spool)
+    # after at most this, so it must stay well inside timeouts.hook_budget.
+    connect_timeout: float = 5.0
+    # On the controller: serve's sweeper finalizes sets left in flight and
+    # drills left RUNNING. It looks every sweep_every seconds and finalizes a
+    # set sweep_after seconds past its deadline (docs/design.md, "No set
+    # waits for a person": the bound is deadline + sweep_after + sweep_every).
+    sweep_every: float = 15.0
+    sweep_after: float = 30.0
 
 
 @record
 class PathsConfig:
+    # Users may only declare volumes below these roots; no symlink below a
+    # root is ever followed.
     allowed_roots: tuple[str, ...] = ()
     # On a filesystem every node of a job sees: ranks write acknowledgements
     # here and the coordinator watches one directory instead of N nodes.
     barrier_dir: str = "/var/spool/slurm-snap/barriers"
     # Spare namespace where restore drills put their clones; never a live volume.
     restore_root: str = "/var/tmp/slurm-snap-restore"
+    # Where the hooks append hooks.log (one JSON line per hook run); rotated
+    # by the packages' logrotate file.
     log_dir: str = "/var/log/slurm-snap"
 
 
 @record
+class SpoolConfig:
+    # Each node's own durable spool of what its Epilogs cut while the service
+    # or the database was away (slurm_snap/spool): on the node's local disk,
+    # never the barrier directory's shared filesystem.
+    directory: str = "/var/spool/slurm-snap/spool"
+    # Past this many bytes of undelivered entries a new one is refused (the
+    # part is still cut; the hook log says so). One entry is a few kB.
+    max_bytes: int = 64 << 20
+    # Space kept allocated and given up when the disk is full, so the entry
+    # of the Epilog that finds it full still lands.
+    reserve_bytes: int = 4 << 20
+
+
+@record
 class ProtocolConfig:
+    # Sent to every rank to ask for a checkpoint (ranks also take SIGTERM as
+    # one); cli_filter.lua is written from it (`config cli-filter`).
     checkpoint_signal: str = "SIGUSR1"
     # Label a set crash-consistent when barriers are missing, instead of failing it.
     allow_crash_consistent: bool = True
+    # What --snapshot-on-preempt asks for when the user does not say ("app" or "crash").
     default_consistency: str = WANT_APP
     # Seconds asked of Slurm for --signal at submit (cli_filter); 0 = the partition's GraceTime.
     grace: int = 0
@@ -73,15 +116,24 @@ class ProtocolConfig:
 
 @record
 class TimeoutsConfig:
+    # Seconds from the checkpoint request to the last rank's acknowledgement;
+    # request + barrier + cut must fit the partition's GraceTime (doctor checks).
     barrier: float = 60.0
+    # Seconds one backend tool call (a snapshot, a clone) may take.
     backend_call: float = 30.0
+    # Seconds a whole hook may take: keep it well under Slurm's
+    # PrologEpilogTimeout/MessageTimeout.
     hook_budget: float = 25.0
+    # Seconds a restore drill may take, clone to first step.
     restore: float = 900.0
+    # Seconds one Slurm command (squeue, scontrol) may take.
     slurm_command: float = 10.0
 
 
 @record
 class HooksConfig:
+    # "open": a failing hook records why and exits 0, so slurm-snap never
+    # drains a node; "closed": it exits non-zero and Slurm fails the job.
     failure_policy: str = "open"
     # PrologSlurmctld's entry point records the job after handing the launch
     # back (RECORD=background, written by the install step from this and the
@@ -95,16 +147,23 @@ class HooksConfig:
 
 @record
 class AccessConfig:
+    # Users who, besides a job's owner, may act on any job.
     operator_users: tuple[str, ...] = ("root",)
+    # Members of this group are operators too ("" = none).
     operator_group: str = ""
 
 
 @record
 class SshConfig:
+    # The SSH transport (to compute nodes, a Lustre MGS, a GPFS manager) logs
+    # in as this user, with this private key only.
     user: str = "root"
     key: str = "/etc/slurm-snap/id_ed25519"
+    # Host keys are verified against this file; an unknown host is refused.
     known_hosts: str = "/etc/slurm-snap/known_hosts"
+    # sshd's port on every host reached.
     port: int = 22
+    # Seconds to wait for a TCP connection and the SSH handshake.
     connect_timeout: float = 10.0
     # How to reach a compute node by its Slurm name; "{node}" is replaced.
     host_template: str = "{node}"
@@ -121,6 +180,8 @@ class RestoreConfig:
     # default: the clone tools take paths, and a user who owns a parent of
     # their target could swap it for a link mid-drill (SECURITY.md).
     user_targets: bool = False
+    # This cluster's site and region, compared with a volume class's when
+    # enforce_residency is true.
     site: str = ""
     region: str = ""
     # The schedule runner drills every COMPLETE set of a job with a resume
@@ -164,6 +225,7 @@ class ScheduleConfig:
     # Sets one runner pass takes at once; each start waits signal_gap
     # seconds after the previous, so jobs due together are not signalled together.
     concurrency: int = 4
+    # Seconds between two signals of one pass.
     signal_gap: float = 0.5
     # Drills one runner pass runs at once, newest set first.
     drills: int = 2
@@ -185,10 +247,17 @@ class SlurmConfig:
 
 @record
 class VolumeClass:
+    # What users write in --snapshot-volumes: letters, digits, - or _.
     name: str
+    # The directory the class's volumes live under ("{node}" is replaced by
+    # the node's name for node-local classes).
     prefix: str
+    # "node-local" (one volume per node of the job) or "shared" (one for the job).
     scope: str
+    # The snapshot backend: btrfs, xfs-reflink, zfs, lvm, lustre, gpfs, cephfs
+    # or a plugin's name (docs/backends.md).
     backend: str
+    # Where the class's data lives, for restore.enforce_residency.
     site: str = ""
     region: str = ""
     # Jobs that declare no volumes get every default class.
@@ -198,7 +267,9 @@ class VolumeClass:
     # "local" runs the backend's tools where the hook runs; "ssh" on `host`
     # (shared scope) or on the job's node (node-local scope).
     transport: str = "local"
+    # The host a shared class's tools run on with transport "ssh" (a Lustre MGS).
     host: str = ""
+    # The backend's own settings ([volume_class.options]; docs/backends.md).
     options: dict = factory(dict)
 
     def prefix_for(self, node: str | None) -> str:
@@ -222,6 +293,7 @@ class Config:
     ssh: SshConfig = SshConfig()
     restore: RestoreConfig = RestoreConfig()
     service: ServiceConfig = ServiceConfig()
+    spool: SpoolConfig = SpoolConfig()
     slurm: SlurmConfig = SlurmConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     repair: RepairConfig = RepairConfig()
@@ -268,7 +340,7 @@ class Config:
         return int(getattr(_signal, self.protocol.checkpoint_signal))
 
 
-_SECTIONS = {
+SECTIONS = {
     "inventory": InventoryConfig,
     "paths": PathsConfig,
     "protocol": ProtocolConfig,
@@ -278,6 +350,7 @@ _SECTIONS = {
     "ssh": SshConfig,
     "restore": RestoreConfig,
     "service": ServiceConfig,
+    "spool": SpoolConfig,
     "slurm": SlurmConfig,
     "schedule": ScheduleConfig,
     "repair": RepairConfig,
@@ -326,8 +399,8 @@ def from_dict(data: dict, path: str = "<memory>") -> Config:
 def _from_dict(data: dict, path: str) -> Config:
     kwargs: dict = {"path": path}
     for key, value in data.items():
-        if key in _SECTIONS:
-            kwargs[key] = _build(_SECTIONS[key], value, path, key)
+        if key in SECTIONS:
+            kwargs[key] = _build(SECTIONS[key], value, path, key)
         elif key == "volume_class":
             if not isinstance(value, list):
                 raise ConfigError(path=path, key=key, why="must be an array of tables ([[volume_class]])")
@@ -423,8 +496,16 @@ def _check_semantics(cfg: Config) -> None:
         parse_address(cfg.inventory.url[len(SCHEME):], what="inventory.url", config=p)
     if cfg.service.listen:
         parse_address(cfg.service.listen, what="service.listen", config=p)
-    if cfg.service.timeout <= 0:
-        raise ConfigError(path=p, key="service.timeout", why="must be positive")
+    for name in ("timeout", "request_timeout", "max_connections", "max_per_user",
+                 "connect_timeout", "sweep_every", "sweep_after"):
+        if getattr(cfg.service, name) <= 0:
+            raise ConfigError(path=p, key=f"service.{name}", why="must be positive")
+    if not os.path.isabs(cfg.spool.directory) or ".." in cfg.spool.directory.split("/"):
+        raise ConfigError(path=p, key="spool.directory", why=f"{cfg.spool.directory!r} is not a clean absolute path")
+    if cfg.spool.max_bytes < 1 << 20:
+        raise ConfigError(path=p, key="spool.max_bytes", why="must be at least 1048576 (one entry can be 700 kB)")
+    if cfg.spool.reserve_bytes < 0:
+        raise ConfigError(path=p, key="spool.reserve_bytes", why="must not be negative")
     if not 0 < cfg.ssh.port < 65536:
         raise ConfigError(path=p, key="ssh.port", why=f"{cfg.ssh.port} is not a TCP port")
     for node, host in cfg.ssh.addresses.items():

@@ -20,6 +20,7 @@ BACKEND = 7
 TIMEOUT = 8
 INVENTORY = 9
 UNSUPPORTED = 10
+CONTROLLER = 11
 
 EXIT_CODES = {
     OK: "success",
@@ -31,8 +32,11 @@ EXIT_CODES = {
     CONFLICT: "conflict: another operation holds the job or volume, or a state change is not allowed",
     BACKEND: "a snapshot backend's tool failed",
     TIMEOUT: "a deadline passed (barrier, backend call, restore drill)",
-    INVENTORY: "the inventory database is unreachable, failed, or not initialised (run `slurm-snap db upgrade`)",
+    INVENTORY: "the inventory database is unreachable, failed, not readable by this user (users go through the "
+               "slurm-snap service), or not initialised (run `slurm-snap db upgrade`)",
     UNSUPPORTED: "the backend does not support this operation",
+    CONTROLLER: "this command runs on the controller: this host reaches the inventory only through the "
+                "slurm-snap service",
 }
 
 
@@ -58,6 +62,12 @@ class SnapError(Exception):
 
 class UsageError(SnapError):
     exit_code = USAGE
+
+
+class CheckpointDirError(UsageError):
+    """No volume the job declared can hold its checkpoints (client/checkpoint_dir.py)."""
+
+    template = "no place for the checkpoints of job {job}: {why}"
 
 
 class BadValueError(UsageError):
@@ -187,6 +197,28 @@ class InventoryNotInitialised(InventoryError):
     template = "inventory {url}: not initialised: run `slurm-snap db upgrade` ({why})"
 
 
+class InventoryNotReadable(InventoryError):
+    """A SQLite inventory this user may not open: it is root's, as it must be
+    (it maps every user's jobs to their data). Users reach it through the
+    slurm-snap service instead."""
+
+    template = ("inventory {url}: {user} cannot read it ({why}); it is root's: users run report, show, snapshot "
+                "and restore-test through the slurm-snap service (the admin runs `slurm-snap serve` on the "
+                "controller and gives users a config whose [inventory] url is slurm-snap://ADDR:PORT; README, "
+                "admin step 7), everything else runs as root on the controller")
+
+
+class ControllerOnly(SnapError):
+    """A command that opens the inventory itself, on a host whose config names
+    the slurm-snap service (a login host, a node): it runs on the controller,
+    whoever asks (the job's owner, an operator or root alike)."""
+
+    exit_code = CONTROLLER
+    template = ("{command} runs on the controller: this host reaches the inventory only through the slurm-snap "
+                "service ({url}), which runs report, show, snapshot and restore-test for users and the hooks' "
+                "recording; run `slurm-snap {command}` on the controller")
+
+
 class ServiceUnavailable(SnapError):
     """This host reaches the inventory only through the slurm-snap service on
     the controller, and that did not work; the message says what to install
@@ -194,6 +226,15 @@ class ServiceUnavailable(SnapError):
 
     exit_code = INVENTORY
     template = "{why}"
+
+
+class SpoolError(SnapError):
+    """A node could not keep what it cut in its spool (slurm_snap/spool): the
+    directory is full past its bound, its disk is full with no reserve left,
+    or it is not writable. The part itself is cut; the message says where."""
+
+    exit_code = INVENTORY
+    template = "spool {directory}: {why}"
 
 
 class RestoreFailed(Conflict):

@@ -12,8 +12,12 @@ Standard library only (the rank client uses it inside training processes).
         ack/            <job uid>:<job gid> 0700
             <node>.<rank>.json                 a rank's acknowledgement (Ack)
             early-<epoch>.decision             rank 0 -> Epilog: the early-release decision (EarlyDecision)
+            timelimit-<epoch>.request          rank 0 or EpilogSlurmctld -> Epilogs: the run stops for its
+                                               time limit, snapshot it (TimeLimitRecord)
         release/        root:<job gid> 0750
             <epoch>     coordinator/Epilog -> ranks   the snapshot is cut: go on (ReleaseRecord)
+        cut/            root:<job gid> 0750
+            <epoch>/<node>.json  Epilog -> the requeued run's head Prolog   what the node cut (CutRecord)
         prolog/         root:<job gid> 0750
             <restart>/  root:<job gid> 0750           one per run of the job (requeues keep the id)
                 <node>  Prolog -> the job's output    this node's Prolog is done; non-empty: why the
@@ -35,13 +39,15 @@ import time
 
 from .errors import BadValueError, PathError
 from .fsio import atomic_write, read_json, write_json
-from .jobrecords import EarlyDecision, JobRecord, ReleaseRecord, RequestRecord, ResumeRecord, check_name
+from .jobrecords import (CutRecord, EarlyDecision, JobRecord, ReleaseRecord, RequestRecord, ResumeRecord,
+                         TimeLimitRecord, check_name)
 
 JOB_FILE = JobRecord.FILE
 REQUEST_FILE = RequestRecord.FILE
 RESUME_FILE = ResumeRecord.FILE
 ACK_DIR = "ack"
 RELEASE_DIR = "release"
+CUT_DIR = CutRecord.FILE
 PROLOG_DIR = "prolog"
 # What the SPANK plugin copies into the job's output is bounded (spank/remote.c
 # reads at most this much of each node's file).
@@ -105,6 +111,11 @@ class JobDir:
         no reader of acknowledgements takes it for one)."""
         return os.path.join(self.ack, f"early-{check_name('epoch', epoch)}.decision")
 
+    def timelimit_path(self, epoch: str) -> str:
+        """The time-limit record of an epoch: in ack/ too, since rank 0 writes
+        it (and root, EpilogSlurmctld, when the job reached its limit)."""
+        return os.path.join(self.ack, f"timelimit-{check_name('epoch', epoch)}.request")
+
     # -- creation (root) ------------------------------------------------------
     @staticmethod
     def _ensure_dir(path: str, uid: int, gid: int, mode: int) -> None:
@@ -160,6 +171,38 @@ class JobDir:
 
     def write_resume(self, resume: ResumeRecord) -> str:
         return self._write(self.path, RESUME_FILE, resume.to_json())
+
+    def write_cut(self, record: CutRecord) -> str:
+        """What a node's Epilog cut for a preemption epoch (root; 0640, group the job's)."""
+        gid = self.gid if self.gid is not None else 0
+        top = os.path.join(self.path, CUT_DIR)
+        self._ensure_dir(top, 0, gid, 0o750)
+        epoch_dir = os.path.join(top, check_name("epoch", record.epoch))
+        self._ensure_dir(epoch_dir, 0, gid, 0o750)
+        return self._write(epoch_dir, check_name("node name", record.node) + ".json", record.to_json())
+
+    def read_cuts(self, epoch: str) -> dict[str, CutRecord]:
+        """node -> what it cut for `epoch`, from every node that wrote one.
+        Only root's files count (the directory is root's; a record a user
+        could have planted would aim the resume at their own files)."""
+        out: dict[str, CutRecord] = {}
+        directory = os.path.join(self.path, CUT_DIR, check_name("epoch", epoch))
+        try:
+            names = sorted(os.listdir(directory))
+        except FileNotFoundError:
+            return out
+        for name in names:
+            if name.startswith(".") or not name.endswith(".json"):
+                continue
+            path = os.path.join(directory, name)
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()):
+                continue
+            data = _read(path)
+            if data is not None:
+                record = CutRecord.parse(data, path)
+                out[record.node] = record
+        return out
 
     def write_prolog_done(self, node: str, restart_count: int, lines=()) -> str:
         """This node's Prolog has finished for this run of the job; `lines`
@@ -218,3 +261,19 @@ class JobDir:
         path = self.early_path(epoch)
         data = _read(path, owner_uid)
         return None if data is None else EarlyDecision.parse(data, path)
+
+    # -- the time-limit record (rank 0 or EpilogSlurmctld -> the Epilogs) -----------
+    def write_timelimit(self, record: TimeLimitRecord) -> str:
+        """Before the requeue that ends the run (jobrecords/timelimit.py). In
+        ack/, which the job's user owns: root writes through the same
+        no-link temporaries as everywhere here."""
+        if os.geteuid() == 0:
+            return self._write(self.ack, os.path.basename(self.timelimit_path(record.epoch)), record.to_json())
+        return write_json(self.timelimit_path(record.epoch), record.to_json(), mode=0o600)
+
+    def read_timelimit(self, epoch: str, owner_uid: int | None = None) -> TimeLimitRecord | None:
+        """The run's time-limit record; root (the Epilogs) passes the job's
+        user's `owner_uid`, as for read_early (ack/ is that user's)."""
+        path = self.timelimit_path(epoch)
+        data = _read(path, owner_uid)
+        return None if data is None else TimeLimitRecord.parse(data, path)

@@ -21,9 +21,12 @@ scrontab line: etc/slurm-snap-schedule.*, etc/README.md §9).
        Placement), each part brought from its partner copy when there is
        one, so the drill proves what a requeue after a node's loss needs.
 
-A set is due when its run's newest set (of any trigger: a preemption set or
-a manual one counts) was requested `every` seconds ago, or the run started
-that long ago without one. Nothing here queries Slurm or the inventory once
+A run is due when DURATION has passed since the later of its start and its
+newest set of any kind (a requeued run counts from its own start, not from
+the set its preemption cut). That is `every` seconds after the run's newest
+set (of any trigger: a preemption set or a manual one counts) was requested,
+or after the run was recorded when it has none. README, docs/design.md and `schedule
+--help` say the same. Nothing here queries Slurm or the inventory once
 per job: a pass with nothing due costs one squeue and two queries per
 500 running jobs
 (benchmarks/schedule.py).
@@ -38,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from . import progress
 from .clock import aware, utcnow
 from .config import Config
 from .errors import Busy, SnapError
@@ -131,9 +135,9 @@ class Runner:
 
     # -- the real side effects ---------------------------------------------------
     def _squeue(self) -> dict[int, int]:
-        from .slurm.commands import running_jobs
+        from .slurm.api import interface
 
-        return running_jobs(timeout=self.cfg.timeouts.slurm_command)
+        return interface().running_jobs(timeout=self.cfg.timeouts.slurm_command)
 
     def _snapshot(self, job_id: int, consistency: str) -> tuple[int, str, str]:
         from .protocol.coordinator import Coordinator
@@ -159,6 +163,7 @@ class Runner:
     def pass_once(self, *, dry_run: bool = False) -> PassReport:
         t0 = time.monotonic()
         report = PassReport(started_at=self.clock())
+        progress.phase("ask Slurm and the inventory")
         running = self.running()
         report.running = len(running)
         drills_on = bool(self.cfg.restore.verify_within) and self.cfg.schedule.drills > 0
@@ -176,7 +181,9 @@ class Runner:
         # newest set is the one to prove, next pass.
         candidates = [c for c in candidates if c.job_id not in due_jobs]
         partners = None
-        with ThreadPoolExecutor(max_workers=self.cfg.schedule.concurrency, thread_name_prefix="snap") as snaps, \
+        progress.phase("sets and drills" + (", partner copies" if self.cfg.restore.partner_copies else ""),
+                       total=len(report.due) + len(candidates))
+        with progress.hold(), ThreadPoolExecutor(max_workers=self.cfg.schedule.concurrency, thread_name_prefix="snap") as snaps, \
                 ThreadPoolExecutor(max_workers=max(1, self.cfg.schedule.drills), thread_name_prefix="drill") as drills, \
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="partner") as partner_pool:
             if self.cfg.restore.partner_copies:
@@ -188,7 +195,10 @@ class Runner:
                 if partners is not None:
                     # Done either way; its outcome is reported with the pass, not per drill.
                     wait([partners])
-                return self._one_drill(c)
+                try:
+                    return self._one_drill(c)
+                finally:
+                    progress.count()
 
             drill_futures = [drills.submit(drill_after_partners, c) for c in candidates]
             snap_futures = []
@@ -229,6 +239,7 @@ class Runner:
                 taken.error = f"internal error: {exc.__class__.__name__}: {exc}"
             return taken
         finally:
+            progress.count()
             gate.release()
 
     def _one_drill(self, c: DrillCandidate) -> Drilled:

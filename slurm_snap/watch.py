@@ -12,7 +12,6 @@ the poll alone still works.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import select
 import struct
@@ -41,7 +40,8 @@ def _lib():
     global _libc
     if _libc is None:
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            # The program's own symbols: find_library would fork `ldconfig -p`.
+            libc = ctypes.CDLL(None, use_errno=True)
             libc.inotify_init1.argtypes = [ctypes.c_int]
             libc.inotify_init1.restype = ctypes.c_int
             libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]

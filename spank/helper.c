@@ -132,7 +132,7 @@ static void report_helper_output(char *buf)
  */
 int snap_run_validate(const struct snap_options *o, char *out, size_t out_cap)
 {
-	char *argv[14];
+	char *argv[16];
 	int n = 0, outp[2], errp[2], status = 0, timed_out;
 	char err[HELPER_STDERR_MAX];
 	struct capture cs[2];
@@ -165,6 +165,10 @@ int snap_run_validate(const struct snap_options *o, char *out, size_t out_cap)
 	if (o->every) {
 		argv[n++] = "--every";
 		argv[n++] = o->every;
+	}
+	if (o->timelimit) {
+		argv[n++] = "--before-timelimit";
+		argv[n++] = o->timelimit;
 	}
 	argv[n] = NULL;
 

@@ -47,7 +47,7 @@ static int export_result(spank_t sp, char *out)
 		if (!strcmp(line, "SLURM_SNAP") || !strcmp(line, "SLURM_SNAP_ON_PREEMPT") ||
 		    !strcmp(line, "SLURM_SNAP_VOLUMES") || !strcmp(line, "SLURM_SNAP_CONSISTENCY") ||
 		    !strcmp(line, "SLURM_SNAP_RESUME_CMD") || !strcmp(line, "SLURM_SNAP_INDEPENDENT") ||
-		    !strcmp(line, "SLURM_SNAP_EVERY"))
+		    !strcmp(line, "SLURM_SNAP_EVERY") || !strcmp(line, "SLURM_SNAP_TIMELIMIT"))
 			continue;
 		if (++count > MAX_RESULT_VARS) {
 			slurm_error(PREFIX "helper printed more than %d result lines", MAX_RESULT_VARS);
@@ -81,6 +81,8 @@ int snap_local_post_opt(spank_t sp, const struct snap_options *o)
 		return -1;
 	if (o->every && snap_check_text("snapshot-every", o->every, 0) < 0)
 		return -1;
+	if (o->timelimit && snap_check_text("snapshot-before-timelimit", o->timelimit, 0) < 0)
+		return -1;
 	if (snap_run_validate(o, result, sizeof(result)) < 0)
 		return -1;
 	if (export_env(sp, "SLURM_SNAP", "1") < 0)
@@ -97,6 +99,10 @@ int snap_local_post_opt(spank_t sp, const struct snap_options *o)
 	if (o->resume_cmd && export_env(sp, "SLURM_SNAP_RESUME_CMD", o->resume_cmd) < 0)
 		return -1;
 	if (o->every && export_env(sp, "SLURM_SNAP_EVERY", o->every) < 0)
+		return -1;
+	/* The hooks read it as SPANK_SLURM_SNAP_TIMELIMIT; the ranks read the
+	 * helper's SLURM_SNAP_TIMELIMIT_MARGIN (seconds). */
+	if (o->timelimit && export_env(sp, "SLURM_SNAP_TIMELIMIT", o->timelimit) < 0)
 		return -1;
 	if (export_result(sp, result) < 0)
 		return -1;

@@ -1,16 +1,21 @@
 /* Remote context (slurmstepd and the tasks it starts). */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "slurm_snap.h"
+
+static void start_requeue_watch(spank_t sp, uint32_t job, const char *barrier, const char *helper);
 
 /*
  * Remote (slurmstepd, before the tasks start): give the job's tasks the
@@ -18,11 +23,13 @@
  * SLURM_SNAP_X), which is what the rank-side client reads. String copies
  * only: nothing here may block or fail a job.
  */
-int snap_remote_user_init(spank_t sp)
+int snap_remote_user_init(spank_t sp, const char *helper)
 {
 	char **env = NULL;
 	char *copies[MAX_RESULT_VARS + 8];
+	char barrier[PATH_MAX];
 	int n = 0;
+	uint32_t job = 0, step = 0, nodeid = 1;
 	size_t plen = strlen(JOB_ENV_PREFIX);
 
 	if (spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || !env)
@@ -43,7 +50,125 @@ int snap_remote_user_init(spank_t sp)
 		}
 		free(copies[i]);
 	}
+	/* A step that runs ranks (not the batch script, extern or interactive
+	 * step), on its first node, where rank 0 runs under block distribution. */
+	if (spank_get_item(sp, S_JOB_ID, &job) == ESPANK_SUCCESS &&
+	    spank_get_item(sp, S_JOB_STEPID, &step) == ESPANK_SUCCESS && step < 0xfffffff0u &&
+	    spank_get_item(sp, S_JOB_NODEID, &nodeid) == ESPANK_SUCCESS && nodeid == 0 &&
+	    spank_getenv(sp, RESULT_PREFIX "BARRIER_DIR", barrier, sizeof(barrier)) == ESPANK_SUCCESS &&
+	    barrier[0] == '/')
+		start_requeue_watch(sp, job, barrier, helper);
 	return 0;
+}
+
+/*
+ * Early release for ranks that cannot run scontrol (a container: Slurm's
+ * OCI, pyxis/enroot): rank 0 writes "asked" in its decision file
+ * (client/early.py) and this helper, started outside the container on the
+ * step's first node, decides and requeues with the node's scontrol
+ * (`slurm-snap hook watch-requeue`, as the job's user). Only for jobs that
+ * want an early requeue (the site's early release, or
+ * --snapshot-before-timelimit). A grandchild (this process never waits for
+ * it), in its own session, with SIGUSR1/SIGUSR2 ignored so the checkpoint
+ * signal sent to the whole step does not end it. Until rank 0 writes a
+ * decision for the run's epoch it only looks for the file every half second
+ * (no Python is started for a step that is never preempted), and it ends
+ * with slurmstepd.
+ */
+static void start_requeue_watch(spank_t sp, uint32_t job, const char *barrier, const char *helper)
+{
+	char early[8] = "", margin[16] = "", restart[16] = "0", bin[PATH_MAX] = "";
+	char job_s[16], parent_s[16], epoch[40], conf_env[PATH_MAX + 16], bin_env[PATH_MAX + 32];
+	char decision[PATH_MAX];
+	char *argv[20], *envp[8];
+	int n = 0, e = 0;
+	pid_t child, parent = getpid();
+	const char *slurm_conf = getenv("SLURM_CONF");
+
+	spank_getenv(sp, RESULT_PREFIX "EARLY_RELEASE", early, sizeof(early));
+	spank_getenv(sp, RESULT_PREFIX "TIMELIMIT_MARGIN", margin, sizeof(margin));
+	if (strcmp(early, "1") && !margin[0])
+		return;
+	if (helper[0] != '/' || access(helper, X_OK))
+		return;
+	spank_getenv(sp, "SLURM_RESTART_COUNT", restart, sizeof(restart));
+	spank_getenv(sp, RESULT_PREFIX "SLURM_BIN", bin, sizeof(bin));
+	if (strspn(restart, "0123456789") != strlen(restart) || strspn(margin, "0123456789") != strlen(margin))
+		return;
+	snprintf(job_s, sizeof(job_s), "%u", job);
+	snprintf(parent_s, sizeof(parent_s), "%d", (int) parent);
+	snprintf(epoch, sizeof(epoch), "preempt-%s", restart[0] ? restart : "0");
+	/* jobdir.early_path(): <barrier>/<job>/ack/early-<epoch>.decision */
+	if (snprintf(decision, sizeof(decision), "%s/%u/ack/early-%s.decision", barrier, job, epoch) >=
+	    (int) sizeof(decision))
+		return;
+	argv[n++] = (char *) helper;
+	argv[n++] = "hook";
+	argv[n++] = "watch-requeue";
+	argv[n++] = "--job";
+	argv[n++] = job_s;
+	argv[n++] = "--epoch";
+	argv[n++] = epoch;
+	argv[n++] = "--barrier-dir";
+	argv[n++] = (char *) barrier;
+	argv[n++] = "--parent";
+	argv[n++] = parent_s;
+	if (margin[0]) {
+		argv[n++] = "--margin";
+		argv[n++] = margin;
+	}
+	argv[n++] = strcmp(early, "1") ? "--no-early-release" : "--early-release";
+	argv[n] = NULL;
+	envp[e++] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+	envp[e++] = "LANG=C.UTF-8";
+	if (slurm_conf && slurm_conf[0] == '/' && strlen(slurm_conf) < PATH_MAX) {
+		snprintf(conf_env, sizeof(conf_env), "SLURM_CONF=%s", slurm_conf);
+		envp[e++] = conf_env;
+	}
+	if (bin[0] == '/') {
+		snprintf(bin_env, sizeof(bin_env), RESULT_PREFIX "SLURM_BIN=%s", bin);
+		envp[e++] = bin_env;
+	}
+	envp[e] = NULL;
+
+	child = fork();
+	if (child < 0) {
+		slurm_debug(PREFIX "cannot start the requeue watch: fork failed");
+		return;
+	}
+	if (child == 0) {
+		/* Only async-signal-safe calls from here to execve (slurmstepd has threads). */
+		int null_fd;
+		uid_t uid = geteuid();
+		gid_t gid = getegid();
+
+		if (fork() != 0)
+			_exit(0);
+		setsid();
+		if (setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
+			_exit(126);
+		null_fd = open("/dev/null", O_RDWR);
+		if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 || dup2(null_fd, 2) < 0)
+			_exit(126);
+		closefrom(3);
+		signal(SIGUSR1, SIG_IGN);
+		signal(SIGUSR2, SIG_IGN);
+		for (;;) {
+			struct stat st;
+			struct timespec pause = {0, 500 * 1000000L};
+
+			/* As the job's user: EPERM while slurmstepd lives, ESRCH after. */
+			if (kill(parent, 0) < 0 && errno == ESRCH)
+				_exit(0);
+			if (stat(decision, &st) == 0)
+				break;
+			nanosleep(&pause, NULL);
+		}
+		execve(helper, argv, envp);
+		_exit(127);
+	}
+	while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
+		;
 }
 
 /* What the nodes' Prologs left for the job's user; see slurm_snap/jobdir.py. */

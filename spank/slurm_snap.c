@@ -24,7 +24,11 @@
 
 #include "slurm_snap.h"
 
-SPANK_PLUGIN(slurm-snap, 1)
+/* SPANK_PLUGIN(slurm-snap, 1) without its const plugin_version, which
+ * version_guard.c defines: it may present the loader's release instead. */
+const char plugin_name[] = "slurm-snap";
+const char plugin_type[] = "spank";
+const unsigned int spank_plugin_version = 1;
 
 enum opt_id {
 	OPT_ON_PREEMPT = 1,
@@ -33,6 +37,7 @@ enum opt_id {
 	OPT_RESUME_CMD,
 	OPT_INDEPENDENT,
 	OPT_EVERY,
+	OPT_TIMELIMIT,
 };
 
 /*
@@ -70,6 +75,11 @@ static struct spank_option options[] = {
 	  "Also snapshot the job's declared volumes every DURATION while it "
 	  "runs (e.g. 30m, 2h; the site may raise it to a partition minimum).",
 	  1, OPT_EVERY, opt_cb },
+	{ "snapshot-before-timelimit", "MARGIN",
+	  "Checkpoint, snapshot and requeue the job at least MARGIN (e.g. 5m, "
+	  "90s) before its time limit (the site's cli_filter asks Slurm for "
+	  "the signal; give no --signal of your own).",
+	  1, OPT_TIMELIMIT, opt_cb },
 	SPANK_OPTIONS_TABLE_END
 };
 
@@ -107,6 +117,8 @@ static int opt_cb(int val, const char *optarg, int remote)
 		return 0;
 	case OPT_EVERY:
 		return set_string(&ctx.every, optarg);
+	case OPT_TIMELIMIT:
+		return set_string(&ctx.timelimit, optarg);
 	}
 	return -1;
 }
@@ -165,6 +177,11 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 			return -1;
 		}
 	}
+	if (snap_version_mismatch()) {
+		/* Built for another Slurm: inert everywhere (version_guard.c). */
+		snap_version_refuse(sp, spank_context() == S_CTX_SLURMD);
+		return 0;
+	}
 	if (parse_args(ac, av) < 0)
 		/* A bad plugstack line must not break jobs on the nodes. */
 		return is_local() ? -1 : 0;
@@ -175,6 +192,12 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
 	(void) ac;
 	(void) av;
+	if (snap_version_mismatch()) {
+		if (!is_local() || !ctx.given)
+			return 0;
+		snap_version_refuse(sp, 1);   /* the submission that asked: refused, with why */
+		return -1;
+	}
 	return is_local() ? snap_local_post_opt(sp, &ctx) : 0;
 }
 
@@ -182,14 +205,14 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
 	(void) ac;
 	(void) av;
-	return spank_remote(sp) == 1 ? snap_remote_user_init(sp) : 0;
+	return spank_remote(sp) == 1 && !snap_version_mismatch() ? snap_remote_user_init(sp, ctx.helper) : 0;
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
 	(void) ac;
 	(void) av;
-	return spank_remote(sp) == 1 ? snap_remote_task_init(sp) : 0;
+	return spank_remote(sp) == 1 && !snap_version_mismatch() ? snap_remote_task_init(sp) : 0;
 }
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)
@@ -201,6 +224,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	free(ctx.consistency);
 	free(ctx.resume_cmd);
 	free(ctx.every);
-	ctx.volumes = ctx.consistency = ctx.resume_cmd = ctx.every = NULL;
+	free(ctx.timelimit);
+	ctx.volumes = ctx.consistency = ctx.resume_cmd = ctx.every = ctx.timelimit = NULL;
 	return 0;
 }

@@ -5,7 +5,9 @@
  *   helper.c      exec of `slurm-snap hook validate-options` (argv, timeout)
  *   local.c       sbatch/srun/salloc side: check, validate, export
  *   remote.c      slurmstepd side: copy job-control variables for the ranks;
+ *                 start the requeue watch for ranks without scontrol;
  *                 in each step's task 0, print the Prologs' notices
+ *   version_guard.c  loaded by another Slurm than built for: stay inert, say so
  */
 #ifndef SLURM_SNAP_PLUGIN_H
 #define SLURM_SNAP_PLUGIN_H
@@ -41,6 +43,7 @@ struct snap_options {
 	char *consistency;
 	char *resume_cmd;
 	char *every;          /* --snapshot-every, checked by the helper */
+	char *timelimit;      /* --snapshot-before-timelimit MARGIN, checked by the helper */
 	char helper[PATH_MAX];
 	char config[PATH_MAX];
 };
@@ -52,7 +55,10 @@ int snap_check_consistency(const char *value);
 int snap_run_validate(const struct snap_options *o, char *out, size_t out_cap);
 
 int snap_local_post_opt(spank_t sp, const struct snap_options *o);
-int snap_remote_user_init(spank_t sp);
+int snap_remote_user_init(spank_t sp, const char *helper);
 int snap_remote_task_init(spank_t sp);
+
+int snap_version_mismatch(void);
+void snap_version_refuse(spank_t sp, int loud);
 
 #endif

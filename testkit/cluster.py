@@ -130,6 +130,28 @@ class Cluster:
     def down(self, timeout: float = 300) -> subprocess.CompletedProcess:
         return run_dev_cluster("down", self.state, timeout=timeout)
 
+    # --- faults (scripts/dev-cluster stop|start|net|reboot) --------------
+    def _fault(self, action: str, *args: str, timeout: float = 300) -> None:
+        proc = subprocess.run([str(DEV_CLUSTER), action, str(self.state), *args], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise ClusterError(f"dev-cluster {action} {' '.join(args)} failed: {proc.stderr.strip()[-2000:]}")
+
+    def stop(self, what: str) -> None:
+        """Stop slurmctld, service, inventory (the database server) or node-agents."""
+        self._fault("stop", what)
+
+    def start(self, what: str) -> None:
+        self._fault("start", what)
+
+    def net(self, host: str, how: str) -> None:
+        """Cut ("down") or restore ("up") `host`'s link at the switch."""
+        self._fault("net", host, how)
+
+    def reboot(self, node: str) -> None:
+        """Every process of `node` killed, its namespaces made again, its daemons started."""
+        self._fault("reboot", node, timeout=600)
+
     # --- names ---------------------------------------------------------
     @property
     def slurm_conf(self) -> str:

@@ -32,3 +32,29 @@ def bulk_seed(repo, table: str, rows: Sequence[dict]) -> None:
     load tests, never how the product writes (its verbs keep the invariants)."""
     if rows:
         repo.s.execute(_TABLES[table].__table__.insert(), list(rows))
+
+
+def reset_pg(url: str) -> None:
+    """An empty public schema: a server database as `db upgrade` first finds it."""
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(url)
+    with eng.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    eng.dispose()
+
+
+def reset_mariadb(url: str) -> None:
+    """Every table of the database dropped: as `db upgrade` first finds it."""
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(url)
+    with eng.begin() as conn:
+        names = [r[0] for r in conn.execute(text(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"))]
+        conn.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
+        for name in names:
+            conn.execute(text(f"DROP TABLE `{name}`"))
+        conn.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
+    eng.dispose()

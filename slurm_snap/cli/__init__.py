@@ -1,8 +1,8 @@
 """The `slurm-snap` command: a click group, one module per command.
 
 main() is the one boundary where SnapError becomes an exit code and a single
-line on stderr; anything else escaping is a bug and exits INTERNAL with the
-traceback kept for the report.
+line on stderr; anything else escaping is a bug and exits INTERNAL with one
+line too (the traceback only with -vv: never a traceback to a user).
 """
 from __future__ import annotations
 
@@ -22,10 +22,12 @@ COMMANDS = {
     "doctor": "doctor_cmd",
     "hook": "hook_cmd",
     "metrics": "metrics_cmd",
+    "node-agent": "node_agent_cmd",
     "prune": "prune_cmd",
     "repair": "repair_cmd",
     "report": "report_cmd",
     "restore-test": "restore_test_cmd",
+    "resume-path": "resume_path_cmd",
     "schedule": "schedule_cmd",
     "serve": "serve_cmd",
     "show": "show_cmd",
@@ -58,10 +60,20 @@ def cli(ctx, config_path, verbose):
     ctx.obj = Ctx(config_path=config_path, verbose=verbose)
 
 
+# Commands that open the inventory themselves: on a host whose config names
+# the service they are refused before anything else (who asks, which
+# options), with one exit code (errors.CONTROLLER).
+CONTROLLER_COMMANDS = frozenset({"db", "metrics", "prune", "repair", "schedule", "serve"})
+
+# Options a command answers from its own definitions, on any host and
+# without a configuration (as `sacct -e` lists its fields anywhere).
+ANSWERED_HERE = frozenset({"-h", "--help", "-e", "--helpformat"})
+
+
 def _forwarded(argv: list[str]) -> int | None:
     """On a host whose config names the slurm-snap service (a login host or
-    a node), a user's command runs on the controller, as this user; None
-    when the command runs here."""
+    a node), a user's command runs on the controller, as this user, and a
+    controller's command is refused; None when the command runs here."""
     from ..service.server import USER_COMMANDS
 
     i, config_path = 0, None
@@ -76,23 +88,40 @@ def _forwarded(argv: list[str]) -> int | None:
         else:
             break
     rest = argv[i:]
-    # Help and report's column list are answered here, as entry.py answers them.
-    if not rest or rest[0] not in USER_COMMANDS or "-h" in rest or "--help" in rest \
-            or rest in (["report", "-e"], ["report", "--helpformat"]):
+    if not rest or rest[0] not in USER_COMMANDS + tuple(CONTROLLER_COMMANDS) \
+            or any(a in ANSWERED_HERE for a in rest):
         return None
     from .. import config as config_mod
 
     cfg = config_mod.load(config_path)
     if not cfg.via_service:
         return None
+    if rest[0] in CONTROLLER_COMMANDS:
+        raise errors.ControllerOnly(command=rest[0], url=cfg.inventory.url)
     from ..service.client import forward
 
     return forward(cfg, rest)
 
 
-def main(argv=None) -> int:
+def _debug(argv: list[str]) -> bool:
+    """-vv before the command: an internal error then shows its traceback."""
+    n = 0
+    for a in argv:
+        if a == "--verbose":
+            n += 1
+        elif a.startswith("-v") and set(a[1:]) == {"v"}:
+            n += len(a) - 1
+        elif not a.startswith("-"):
+            break
+    return n >= 2
+
+
+def main(argv=None, *, bug_log=None) -> int:
+    """Run one command; its exit code. `bug_log` receives the traceback of
+    an internal error (the service passes its own log)."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        forwarded = _forwarded(list(sys.argv[1:] if argv is None else argv))
+        forwarded = _forwarded(args)
         if forwarded is not None:
             return forwarded
         # With standalone_mode=False click returns an Exit's code instead of raising.
@@ -110,6 +139,18 @@ def main(argv=None) -> int:
         click.echo("slurm-snap: aborted", err=True)
         return errors.INTERNAL
     except (BrokenPipeError, KeyboardInterrupt):
+        return errors.INTERNAL
+    except Exception as exc:
+        # A bug: one sentence for the user, never a traceback (-vv shows it).
+        import traceback
+
+        if bug_log is not None:
+            bug_log(traceback.format_exc())
+        if _debug(args):
+            traceback.print_exc()
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        click.echo(f"slurm-snap: internal error (a bug: please report it): {type(exc).__name__}: {first} "
+                   "(rerun with -vv for the traceback)", err=True)
         return errors.INTERNAL
 
 

@@ -1,7 +1,8 @@
 """`slurm-snap config check`: validate the file and print the effective configuration;
 `slurm-snap config get KEY`: one effective value, for install scripts;
 `slurm-snap config cli-filter TEMPLATE`: cli_filter.lua with the configured signal;
-`slurm-snap config man`: the man page, from the CLI's own definitions."""
+`slurm-snap config man [PAGE]`: slurm-snap(1) from the CLI's own definitions, or
+slurm-snap.toml(5) from the configuration schema."""
 from __future__ import annotations
 
 import json
@@ -94,20 +95,31 @@ def get(ctx, key):
 
 @command.command("cli-filter")
 @click.argument("template", type=click.File("r", encoding="utf-8"))
+@click.option("--expedite", is_flag=True,
+              help="Also ask for --requeue=expedite (Slurm 25.11+ with SlurmctldParameters=enable_expedited_requeue; "
+                   "Slurm refuses the job without that setting).")
 @click.pass_obj
-def cli_filter(ctx, template):
+def cli_filter(ctx, template, expedite):
     """Print TEMPLATE (etc/cli_filter.lua) with the signal and its time from
     [protocol] checkpoint_signal and grace: the install step writes
     cli_filter.lua with this, so the configuration stays their one source."""
     from ..slurm import clifilter
 
-    click.echo(clifilter.render(template.read(), config_mod.load(ctx.config_path)), nl=False)
+    click.echo(clifilter.render(template.read(), config_mod.load(ctx.config_path), expedite=expedite), nl=False)
 
 
 @command.command("man")
-def man():
-    """Print slurm-snap(1) in roff, generated from the commands' own
-    definitions (install: `slurm-snap config man > /usr/local/share/man/man1/slurm-snap.1`)."""
+@click.argument("page", type=click.Choice(["slurm-snap", "slurm-snap.toml"]), default="slurm-snap")
+def man(page):
+    """Print a man page in roff: slurm-snap(1), from the commands' own
+    definitions, or slurm-snap.toml(5), from the configuration schema
+    (install: `slurm-snap config man > /usr/local/share/man/man1/slurm-snap.1`,
+    `slurm-snap config man slurm-snap.toml > /usr/local/share/man/man5/slurm-snap.toml.5`)."""
+    if page == "slurm-snap.toml":
+        from .tomlpage import render as render_toml
+
+        click.echo(render_toml(), nl=False)
+        return
     from . import cli
     from .manpage import render
 

@@ -41,7 +41,9 @@ class Ctx:
         if self._inventory is None:
             from ..inventory.repository import Inventory
 
-            self._inventory = Inventory.from_config(self.config)
+            running = click.get_current_context(silent=True)
+            command = " ".join(running.command_path.split()[1:]) if running else ""
+            self._inventory = Inventory.from_config(self.config, command=command)
         return self._inventory
 
 
@@ -62,3 +64,28 @@ class JobIdType(click.ParamType):
         if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_ID:
             self.fail(f"{text!r} is not a job id (1-{MAX_ID})", param, ctx)
         return int(text)
+
+
+class DurationType(click.ParamType):
+    """A DURATION on the command line, in the one grammar (slurm/duration.py),
+    as float seconds. `bare_seconds`: the option's value used to be a number
+    of seconds, which it still takes. A refusal lists the accepted forms."""
+
+    name = "duration"
+
+    def __init__(self, *, bare_seconds: bool = False, positive: bool = False):
+        self.bare_seconds, self.positive = bare_seconds, positive
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        from ..errors import BadValueError
+        from ..slurm.duration import parse_duration
+
+        try:
+            seconds = parse_duration(str(value), bare_seconds=self.bare_seconds).total_seconds()
+        except BadValueError as exc:
+            self.fail(f"{value!r}: {exc.kwargs.get('why', exc)}", param, ctx)
+        if self.positive and seconds <= 0:
+            self.fail(f"{value!r}: must be more than 0 seconds", param, ctx)
+        return seconds

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import click
 
 from .. import errors
-from ..doctor import probes, site_checks, slurm_checks
-from ..slurm import commands
+from ..doctor import probes, security_checks, site_checks, slurm_checks
+from ..slurm import api as slurm_api, clifilter, commands
 
 GRACE_DAYS = 30
 
@@ -20,12 +21,15 @@ GRACE_DAYS = 30
 @click.command("doctor")
 @click.option("--no-slurm", is_flag=True, help="Skip the checks that ask the running Slurm (and the nodes).")
 @click.option("--no-nodes", is_flag=True, help="Do not run doctor's own checks on each node over SSH.")
+@click.option("--local", "local_only", is_flag=True,
+              help="Only the checks that need no Slurm and no other host: this host's backend tools, a "
+                   "SQLite inventory, the barrier directory (what a fresh install can check).")
 @click.option("--node", "node", metavar="NAME",
               help="Check this host as compute node NAME (what the controller's doctor runs on each node).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"version": 1, "findings": [{"ok", "what", "fix"}...], "ok", "problems"} instead of lines.')
 @click.pass_obj
-def command(ctx, no_slurm, no_nodes, node, as_json):
+def command(ctx, no_slurm, no_nodes, local_only, node, as_json):
     """Check Slurm's and slurm-snap's configuration together.
 
     On the controller, node-local volume classes are checked on each node
@@ -36,10 +40,14 @@ def command(ctx, no_slurm, no_nodes, node, as_json):
     suggested: slowest x 1.5 + 10 s). What each hook runs is read as slurmd
     runs it (a glob such as Prolog=/etc/slurm/prolog.d/* expanded); a site
     program that does not name slurm-snap's entry point cannot be verified
-    here, and the line says how to check it by hand. Slurm unreachable is a
-    finding; the other checks still run. Exit 0 when every check passed, 3
-    otherwise."""
+    here, and the line says how to check it by hand. The live setup is checked
+    against SECURITY.md: the service's port against Slurm's (slurm.conf,
+    slurmdbd.conf) and the ephemeral range, owners and modes of the
+    configuration, the SQLite inventory, the SSH key and known_hosts and
+    munge's key, SSH as root. Slurm unreachable is a finding; the other
+    checks still run. Exit 0 when every check passed, 3 otherwise."""
     cfg = ctx.config
+    no_slurm = no_slurm or local_only
     findings = []
     nodes = None
     if not no_slurm:
@@ -58,7 +66,12 @@ def command(ctx, no_slurm, no_nodes, node, as_json):
     # nodes' scratch is checked on the nodes (topology), not here.
     # Slurm asked but silent: still the controller's view, without the nodes.
     controller = not no_slurm and not cfg.via_service and node is None
-    findings += site_checks.check_local(cfg, probes.local(cfg, node=node, node_local=not controller))
+    findings += site_checks.check_local(cfg, probes.local(cfg, node=node, node_local=not controller,
+                                                           remote=not local_only))
+    findings += security_checks.check_files(cfg, probes.trusted_files(cfg))
+    if not cfg.via_service and node is None and not local_only:
+        # The account other hosts are reached with: not this host's own fact.
+        findings += security_checks.check_ssh_account(cfg)
     if controller and nodes is not None:
         facts = probes.topology(cfg, nodes, node_doctor=None if no_nodes else probes.node_doctor)
         findings += site_checks.check_topology(cfg, facts)
@@ -70,15 +83,25 @@ def _slurm_checks(ctx, cfg, slurm, parts):
     findings = slurm_checks.check_slurm(cfg, slurm, parts,
                                         probes.read_text(slurm.get("PlugStackConfig", "/etc/slurm/plugstack.conf")),
                                         hooks)
+    expedites = None
     if "lua" in slurm.get("CliFilterPlugins", "").lower():
         # Slurm reads the cli_filter.lua beside slurm.conf.
         path = os.path.join(os.path.dirname(slurm.get("SLURM_CONF", "/etc/slurm/slurm.conf")), "cli_filter.lua")
-        findings += slurm_checks.check_cli_filter(cfg, path, probes.read_text(path))
+        text = probes.read_text(path)
+        findings += slurm_checks.check_cli_filter(cfg, path, text)
+        expedites = None if text is None else clifilter.expedites(text)
+    findings += slurm_checks.check_requeue(slurm, expedites)
+    findings.append(slurm_checks.check_slurm_api(slurm_api.chosen(), slurm_checks.running_version(slurm)))
     if not cfg.via_service:
         findings += _grace_observed(ctx, cfg, parts)
+    if cfg.service.listen:
+        findings += security_checks.check_service_port(cfg, probes.port_facts(slurm))
     entry = slurm_checks.our_script("PrologSlurmctld", hooks["PrologSlurmctld"])
     if entry is not None:
-        findings += slurm_checks.check_entry_point(cfg, entry.path, probes.read_text(entry.path))
+        text = probes.read_text(entry.path)
+        named = re.search(r"^DEFAULTS=(\S+)", text or "", re.M)
+        findings += slurm_checks.check_entry_point(cfg, entry.path, text,
+                                                   probes.read_text(named.group(1)) if named else None)
     return findings
 
 

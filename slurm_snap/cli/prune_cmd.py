@@ -8,7 +8,7 @@ import click
 
 from .. import errors
 from ..clock import utcnow
-from .context import JobIdType
+from .context import DurationType, JobIdType
 
 
 def _fmt_time(t: dt.datetime | None, tz: dt.tzinfo | None) -> str:
@@ -22,10 +22,10 @@ def _fmt_time(t: dt.datetime | None, tz: dt.tzinfo | None) -> str:
 def _live_jobs(cfg) -> frozenset | None:
     """The jobs running now (one squeue): their newest verified set is never
     pruned. None when Slurm cannot say: every job is then treated as running."""
-    from ..slurm.commands import running_jobs
+    from ..slurm.api import interface
 
     try:
-        return frozenset(running_jobs(timeout=cfg.timeouts.slurm_command))
+        return frozenset(interface().running_jobs(timeout=cfg.timeouts.slurm_command))
     except errors.SnapError as exc:
         click.echo(f"slurm-snap: cannot tell which jobs run ({exc}); every job's newest verified set is kept",
                    err=True)
@@ -41,7 +41,8 @@ def _live_jobs(cfg) -> frozenset | None:
               help="Keep the newest set of each of the last N days that have one (UTC).")
 @click.option("--keep-weekly", type=click.IntRange(min=0), default=0, metavar="N",
               help="Keep the newest set of each of the last N ISO weeks that have one (UTC).")
-@click.option("--keep-within", metavar="DURATION", help="Keep every set cut within DURATION (e.g. 7d, 12h).")
+@click.option("--keep-within", type=DurationType(), metavar="DURATION",
+              help="Keep every set cut within DURATION (7days, 12h, 1d12h, 2-00:00:00: Slurm's forms).")
 @click.option("--keep-verified/--no-keep-verified", default=True, show_default=True,
               help="Keep each job's newest VERIFIED set (its RPO base).")
 @click.option("--force", is_flag=True, help="Allow deleting a job's last VERIFIED set.")
@@ -59,12 +60,10 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
     from ..restore.parts import backend_resolver
     from ..retention.policy import Policy
     from ..retention.prune import Pruner
-    from ..slurm.duration import parse_duration
-
     cfg = ctx.config
     tz = getattr(ctx, "tz", None)  # tests fix the zone; None is the system's
     policy = Policy(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly,
-                    keep_within=parse_duration(keep_within) if keep_within else None,
+                    keep_within=dt.timedelta(seconds=keep_within) if keep_within is not None else None,
                     keep_verified=keep_verified, force=force, live_jobs=_live_jobs(cfg))
     if not policy.has_rule:
         raise errors.UsageError("prune needs at least one of --keep-last, --keep-daily, --keep-weekly, "
@@ -84,7 +83,12 @@ def command(ctx, job_id, user, keep_last, keep_daily, keep_weekly, keep_within, 
     pruner = Pruner(ctx.inventory, backend_resolver(cfg),
                     copy_backend=lambda vclass, node: backend_on_node(cfg, vclass, node))
     decisions, sets = pruner.plan(policy, utcnow, job_id=job_id, user=user)
-    result = pruner.apply(decisions) if apply_ else None
+    result = None
+    if apply_:
+        from ..progress import Line
+
+        with Line("prune", live=False if as_json else None):
+            result = pruner.apply(decisions)
     if as_json:
         click.echo(json.dumps({
             "applied": bool(apply_),

@@ -6,11 +6,12 @@ import json
 import click
 
 from .. import access, errors
+from .context import DurationType
 
 
 @click.command("repair")
-@click.option("--older-than", type=click.FloatRange(min=0), default=0.0, metavar="SECONDS",
-              help="Only consider sets requested at least this long ago.")
+@click.option("--older-than", type=DurationType(bare_seconds=True), default=0.0, metavar="DURATION",
+              help="Only consider sets requested at least this long ago: seconds (600) or a duration (10min, 1h).")
 @click.option("--dry-run", is_flag=True, help="Say what would be done; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the actions as JSON.")
 @click.option("--node-check/--no-node-check", default=True, show_default=True,
@@ -52,5 +53,6 @@ def describe(a) -> list[str]:
     verb = "would label" if a.dry_run else "labelled"
     out = [f"set {a.set_id} job {a.job_id}: {verb} {a.old_state} -> {a.new_state}: {a.reason}"]
     out += [f"  orphan {'(would delete)' if a.dry_run else 'deleted'}: {o}" for o in a.orphans]
+    out += [f"  cut, not yet delivered (left for its node's spool): {u}" for u in a.undelivered]
     out += [f"  error: {e}" for e in a.errors]
     return out

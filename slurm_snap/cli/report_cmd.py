@@ -29,7 +29,8 @@ def caller_and_clock(ctx) -> tuple[access.Caller, dt.datetime, dt.tzinfo | None]
 
 @click.command("report")
 @click.option("-j", "--jobs", multiple=True, metavar="JOB[,JOB.RESTART...]",
-              help="Only these jobs (all time unless -S); repeatable, as in sacct.")
+              help="Only these jobs (all time unless -S); repeatable, as in sacct. A SLUID (Slurm 25.11+) "
+                   "selects the run it names, as JOB.RESTART does.")
 @click.option("-u", "--user", "--uid", "users", multiple=True, metavar="USER|UID[,...]",
               help="Only these users, by name or UID (operators only for others); repeatable.")
 @click.option("-r", "--partition", "partitions", multiple=True, metavar="PART[,PART...]",
@@ -48,7 +49,7 @@ def caller_and_clock(ctx) -> tuple[access.Caller, dt.datetime, dt.tzinfo | None]
               help=f"Columns, as sacct -o; see --helpformat [default: ${FORMAT_ENV}, else the built-in list].")
 @click.option("-l", "--long", "long_", is_flag=True,
               help="The long column list (docs/report.md); not with -o, as in sacct.")
-@click.option("-e", "--helpformat", is_flag=True, help="List the columns and exit.")
+@click.option("-e", "--helpformat", is_flag=True, help="List the columns and exit (needs no configuration).")
 @click.option("-p", "--parsable", is_flag=True, help="'|' after every field (sacct -p).")
 @click.option("-P", "--parsable2", is_flag=True, help="'|' between fields, none at the end (sacct -P).")
 @click.option("--delimiter", default="|", metavar="CHARS", help="Field separator of -p/-P instead of '|'.")

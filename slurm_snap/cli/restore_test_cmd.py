@@ -6,6 +6,7 @@ import json
 import click
 
 from .. import errors
+from .context import DurationType
 
 
 @click.command("restore-test")
@@ -13,7 +14,8 @@ from .. import errors
 @click.option("--command", "command_text", metavar="CMD",
               help="Resume command (split like a shell would, never run by one) "
                    "[default: the one recorded at submit, --snapshot-resume-cmd].")
-@click.option("--deadline", type=float, metavar="S", help="Seconds to the first step [default: timeouts.restore].")
+@click.option("--deadline", type=DurationType(bare_seconds=True, positive=True), metavar="DURATION",
+              help="Time to the first step: seconds (120) or a duration (15min) [default: timeouts.restore].")
 @click.option("--target", "target_dir", metavar="DIR",
               help="Restore into DIR/<set>-<test> instead of paths.restore_root.")
 @click.option("--submit", is_flag=True, help="Run the command as a Slurm job of the job's owner.")
@@ -23,8 +25,9 @@ from .. import errors
 @click.option("--nodelist", "nodelist", metavar="HOSTLIST",
               help="Like --other-nodes, on these nodes (position k takes the ranks of the job's node k).")
 @click.option("--partition", metavar="P", help="With --submit: the partition for the drill job.")
-@click.option("--queue-timeout", type=float, default=600.0, show_default=True, metavar="S",
-              help="With --submit: how long the drill job may wait in the queue.")
+@click.option("--queue-timeout", type=DurationType(bare_seconds=True, positive=True), default=600.0,
+              show_default=True, metavar="DURATION",
+              help="With --submit: how long the drill job may wait in the queue: seconds (600) or a duration (10min).")
 @click.option("--no-wait", "no_wait", is_flag=True,
               help="With --submit: return once the job is submitted; finish later with --collect.")
 @click.option("--collect", is_flag=True,
@@ -70,8 +73,11 @@ def command(ctx, selector, command_text, deadline, target_dir, submit, other_nod
         submit = True
     if no_wait and not submit:
         raise errors.UsageError("--no-wait needs --submit")
-    out = drill.run(selector, command=command_text, deadline=deadline, target=target_dir, keep=keep,
-                    submit=submit, wait=not no_wait, placement=placement)
+    from ..progress import Line
+
+    with Line(f"restore-test {selector}", live=False if as_json else None):
+        out = drill.run(selector, command=command_text, deadline=deadline, target=target_dir, keep=keep,
+                        submit=submit, wait=not no_wait, placement=placement)
     if out.pending:
         msg = (f"restore test {out.test_id} of set {out.set_id} submitted as Slurm job {out.slurm_job_id}; "
                "record it with: slurm-snap restore-test --collect")

@@ -25,13 +25,20 @@ def command(ctx, dry_run, as_json):
     set on the job's next node (incremental where the backend can). Exit 0
     when the pass ran, whatever the sets and drills ended as: they are
     recorded, and report, show and the metrics say so.
+
+    A run is due when DURATION has passed since the later of its start and
+    its newest set of any kind (a requeued run counts from its own start, not
+    from the set its preemption cut).
     """
     from ..access import current_caller, is_operator
     from ..schedule import Runner
 
     if not is_operator(ctx.config, current_caller()):
         raise errors.PermissionDenied(why="the schedule runner acts on every user's jobs; operators only")
-    report = Runner(ctx.config, ctx.inventory).pass_once(dry_run=dry_run)
+    from ..progress import Line
+
+    with Line("schedule", live=False if as_json else None):
+        report = Runner(ctx.config, ctx.inventory).pass_once(dry_run=dry_run)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2, sort_keys=True, default=str))
         return

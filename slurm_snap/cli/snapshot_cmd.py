@@ -7,7 +7,7 @@ import click
 
 from .. import errors
 from .. import states as S
-from .context import JobIdType
+from .context import DurationType, JobIdType
 
 
 @click.command("snapshot")
@@ -15,8 +15,9 @@ from .context import JobIdType
 @click.option("--consistency", type=click.Choice(S.WANTED), default=None,
               help="app: signal the ranks and wait for every barrier; crash: cut at once, no signal "
                    "[default: protocol.default_consistency].")
-@click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
-              help="How long the ranks have to acknowledge [default: timeouts.barrier].")
+@click.option("--deadline", type=DurationType(bare_seconds=True, positive=True), default=None, metavar="DURATION",
+              help="How long the ranks have to acknowledge: seconds (30, 0.5) or a duration (2min) "
+                   "[default: timeouts.barrier].")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.pass_obj
 def command(ctx, job_id, consistency, deadline, as_json):

@@ -31,6 +31,12 @@ A collective that fails or does not finish within `timeout` is not retried:
 the rank says so (`failure`), carries on deciding alone, and its
 acknowledgements say `agreement: "failed: ..."` so the set is not called
 app-consistent.
+
+The exchange also carries rank 0's verdict on a checkpoint request (VERDICT_GO
+or VERDICT_STRAY; 0 from every other rank, so the MAX is rank 0's): whether a
+slurm-snap request (request.json) or a preemption (Slurm's PreemptTime) goes
+with the signal. A stray signal (a user's `scancel -s USR1`, a --signal
+warning) then costs every rank nothing but the exchange it rides on.
 """
 from __future__ import annotations
 
@@ -41,6 +47,10 @@ import time
 from dataclasses import dataclass
 
 DEFAULT_TIMEOUT = 120.0
+# Rank 0's verdict on a checkpoint request, carried in the exchange.
+VERDICT_NONE = 0     # not yet given (rank 0 has not seen the request)
+VERDICT_GO = 1       # a request or a preemption goes with it (or Slurm could not be asked)
+VERDICT_STRAY = 2    # neither: the ranks go on
 # At most this share of a step goes to exchanging (the issue's target is 1%).
 DEFAULT_BUDGET = 0.002
 MAX_PACE = 16
@@ -56,6 +66,7 @@ class Decision:
     step_min: int | None = None
     step_max: int | None = None
     pace: int = 1
+    verdict: int = VERDICT_NONE
 
 
 def distributed():
@@ -124,13 +135,13 @@ class StepAgreement:
         per_step = self.budget * self._step_time
         return max(1, min(self.max_pace, math.ceil(self._cost / per_step))) if per_step > 0 else self.max_pace
 
-    def send(self, request: bool, terminate: bool, step: int) -> None:
+    def send(self, request: bool, terminate: bool, step: int, verdict: int = VERDICT_NONE) -> None:
         """Start this exchange (every rank starts one at the same boundary)."""
         if self.failed:
             return
         t0 = time.perf_counter()
         try:
-            t = self._torch.tensor([int(request), int(terminate), step, -step, self._proposal()],
+            t = self._torch.tensor([int(request), int(terminate), step, -step, self._proposal(), int(verdict)],
                                    dtype=self._torch.int64)
             self._work = self._dist.all_reduce(t, op=self._dist.ReduceOp.MAX, group=self._group, async_op=True)
             self._tensor = t
@@ -148,7 +159,7 @@ class StepAgreement:
         t0 = time.perf_counter()
         try:
             work.wait(timeout=dt.timedelta(seconds=self.timeout))
-            request, terminate, high, neg_low, pace = (int(x) for x in tensor.tolist())
+            request, terminate, high, neg_low, pace, verdict = (int(x) for x in tensor.tolist())
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
             return None
@@ -156,7 +167,7 @@ class StepAgreement:
         self.exchanges += 1
         self.pace = max(1, min(self.max_pace, pace))
         return Decision(checkpoint=bool(request), stop=bool(terminate), step_min=-neg_low, step_max=high,
-                        pace=self.pace)
+                        pace=self.pace, verdict=verdict)
 
     def _spent(self, t0: float) -> None:
         cost = time.perf_counter() - t0

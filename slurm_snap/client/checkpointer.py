@@ -13,6 +13,11 @@
 
 With a torch.distributed process group, decide() is one step agreement
 across the job (client/agree.py); without one, each rank decides alone.
+A checkpoint signal is a request only with a reason (client/reason.py: a
+current request.json, Slurm's PreemptTime, or the time limit near for a job
+that asked for --snapshot-before-timelimit); in a lockstep job rank 0
+gives the verdict and the agreement carries it, so a stray signal costs the
+ranks nothing and no rank waits for a release nobody sends.
 
 Length: one class, the rank's whole side of the protocol as docs/client.md
 documents it (signals, decide, commit, release, resume); each helper it
@@ -30,9 +35,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import slurm_snap.client.checkpoint_dir as checkpoint_dir
 import slurm_snap.client.early as early
+import slurm_snap.client.reason as reason
 import slurm_snap.client.slurmenv as slurmenv
-from slurm_snap.client.agree import DEFAULT_TIMEOUT, StepAgreement, distributed
+from slurm_snap.client.agree import (DEFAULT_TIMEOUT, VERDICT_GO, VERDICT_NONE, VERDICT_STRAY, StepAgreement,
+                                     distributed)
 from slurm_snap.client.marker import mark_first_step
 from slurm_snap.client.signals import SignalFlag, parse_signal
 from slurm_snap.clock import utcnow
@@ -109,8 +117,11 @@ class Checkpointer:
         if lockstep and self.independent:
             raise BadValueError(what="lockstep", value=lockstep, why="a job cannot be both lockstep and independent")
         self._lockstep = lockstep
-        # Rank 0 requeues a preempted job once every rank acknowledged (client/early.py).
+        # Rank 0 requeues a preempted job once every rank acknowledged (client/early.py),
+        # and a job that asked to be snapshot before its time limit.
         self.early_release = _env_bool(env, early.ENV) if early_release is None else bool(early_release)
+        margin = slurmenv.int_from_env(early.TIMELIMIT_ENV, env)
+        self.timelimit_margin = margin if margin else None
         self._early: early.EarlyRelease | None = None
         self._group = group
         self._agreement_timeout = agreement_timeout
@@ -125,6 +136,12 @@ class Checkpointer:
         self._env = env
         self._serving = 0          # request counter value being served
         self._epoch: str | None = None  # fixed for the request being served
+        # A request whose reason rank 0 has not given yet (lockstep), the
+        # request count it covers, and rank 0's (or a lone rank's) verdict.
+        self._confirming = False
+        self._confirm_upto = 0
+        self._verdict: tuple[int, int] | None = None   # (request count, VERDICT_*)
+        self.ignored_signals = 0   # stray checkpoint signals: neither a request nor a preemption
 
     @staticmethod
     def _int(what: str, given, from_env, default: int) -> int:
@@ -231,7 +248,7 @@ class Checkpointer:
             # Between two exchanges (the agreed pace): nothing new is decided.
             return Action(checkpoint=False, stop=self._stop)
         if not agreement.overlap:
-            agreement.send(flag.pending and not flag.terminating, flag.terminating, step)
+            agreement.send(flag.pending and not flag.terminating, flag.terminating, step, self._rank0_verdict())
             return self._apply(agreement.collect(), step)
         # Overlapped: the exchange sent at the previous exchange boundary
         # decides now, then this boundary's flags go out. Requests this
@@ -239,8 +256,38 @@ class Checkpointer:
         action = self._apply(agreement.collect(), step)
         if not agreement.failed:
             agreement.send(flag.pending and not flag.terminating and not action.checkpoint,
-                           flag.terminating, step)
+                           flag.terminating, step, self._rank0_verdict())
         return action
+
+    def _verdict_now(self) -> int:
+        """This rank's verdict on its pending (or its peers') request, asked
+        once per request: VERDICT_GO or VERDICT_STRAY. SIGTERM is never
+        filtered (some sites send only it at preemption)."""
+        flag = self._flag
+        if self._verdict is None or self._verdict[0] != flag.requests:
+            if flag.pending and flag.signum == signal.SIGTERM:
+                v = VERDICT_GO
+            else:
+                why = reason.checkpoint_reason(self.jobdir if self.enabled else None,
+                                               margin=self.timelimit_margin)
+                v = VERDICT_STRAY if why == reason.STRAY else VERDICT_GO
+            self._verdict = (flag.requests, v)
+        return self._verdict[1]
+
+    def _rank0_verdict(self) -> int:
+        """What this rank puts in the exchange: rank 0's verdict when a
+        request is pending there or being confirmed, else nothing (0)."""
+        flag = self._flag
+        if self.rank != 0 or flag.terminating or not (flag.pending or self._confirming):
+            return VERDICT_NONE
+        return self._verdict_now()
+
+    def _ignore_stray(self, upto: int) -> None:
+        """A checkpoint signal with no request and no preemption: served as
+        nothing. Later requests (past `upto`) stay pending."""
+        self._flag.clear(upto, after_preempt=False)
+        self._verdict = None
+        self.ignored_signals += 1
 
     def _apply(self, decided, step: int) -> Action:
         flag = self._flag
@@ -258,6 +305,18 @@ class Checkpointer:
                                     f"{decided.step_max} at one agreement")
         self._stop = self._stop or decided.stop
         if decided.checkpoint and not self._stop and not flag.terminating:
+            if decided.verdict == VERDICT_NONE:
+                # Rank 0 had not seen the request when it sent: it gives its
+                # verdict in the next exchange, and every rank waits for it.
+                if not self._confirming:
+                    self._confirming, self._confirm_upto = True, flag.requests
+                return Action(checkpoint=False, stop=False)
+            upto = self._confirm_upto if self._confirming else flag.requests
+            self._confirming = False
+            if decided.verdict == VERDICT_STRAY:
+                self._ignore_stray(upto)
+                return Action(checkpoint=False, stop=self._stop)
+            self._verdict = None
             if not flag.pending:
                 # A peer was asked; this rank's own copy of the signal may
                 # still be on its way and must not start a second checkpoint.
@@ -286,6 +345,10 @@ class Checkpointer:
 
     def _serve_local(self) -> bool:
         if self._flag.pending and not self._flag.terminating:
+            if self._verdict_now() == VERDICT_STRAY:
+                self._ignore_stray(self._flag.requests)
+                return False
+            self._verdict = None
             self._serving = self._flag.requests
             self._seen_at = self._flag.signalled_wall
             self._flag.serving = True
@@ -372,11 +435,13 @@ class Checkpointer:
         return None if wall is None else datetime.fromtimestamp(wall, timezone.utc)
 
     def _maybe_release_early(self, epoch: str) -> None:
-        if (self.early_release and self.rank == 0 and self.world_size and self._early is None
-                and is_preempt_epoch(epoch)):
+        if ((self.early_release or self.timelimit_margin) and self.rank == 0 and self.world_size
+                and self._early is None and is_preempt_epoch(epoch)):
             # Until Slurm's own kill ends this process, whatever GraceTime is.
             self._early = early.EarlyRelease(self.jobdir, epoch, self.world_size,
-                                             deadline=time.monotonic() + 7 * 86400).start()
+                                             deadline=time.monotonic() + 7 * 86400,
+                                             early_release=self.early_release,
+                                             margin=self.timelimit_margin).start()
 
     def commit_async(self, step: int, future, files: Iterable | Callable[[], Iterable], **kwargs) -> None:
         """commit() once `future` (e.g. torch.distributed.checkpoint.async_save's)
@@ -431,6 +496,13 @@ class Checkpointer:
             self._epoch = None
         return released
 
+    def _served_alone(self) -> None:
+        """The request was served with nobody to release it (outside slurm-snap:
+        the framework callbacks checkpoint on the signal anyway): it is done,
+        so the next step does not checkpoint again."""
+        self._flag.clear(self._serving or self._flag.requests, after_preempt=False)
+        self._epoch = None
+
     def _wait_release(self, epoch: str, timeout: float, use_inotify: bool) -> bool:
         return wait_for_path(self.release_path(epoch), float(timeout),
                              should_abort=lambda: self._flag.terminating, use_inotify=use_inotify)
@@ -444,6 +516,18 @@ class Checkpointer:
             return None
         resume = self.jobdir.read_resume()
         return None if resume is None else resume.to_json()
+
+    def checkpoint_dir(self, subdir: str = "ckpt") -> str:
+        """Where a framework callback keeps its checkpoints: `subdir` of the
+        first shared volume the job declared (client/checkpoint_dir.py);
+        CheckpointDirError naming why when none can hold them; the working
+        directory outside slurm-snap."""
+        return checkpoint_dir.choose(self.jobdir.read_job() if self.enabled else None, self.job_id, subdir,
+                                     self._env)
+
+    def covers(self, path: str) -> bool:
+        """`path` is inside a volume the job declared (so the snapshot holds it)."""
+        return checkpoint_dir.covered(self.jobdir.read_job() if self.enabled else None, self.node, path)
 
     def volume_path(self, class_name: str) -> str:
         """Path of a declared volume class for this node, from job.json."""

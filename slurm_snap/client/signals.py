@@ -68,6 +68,10 @@ class SignalFlag:
     def __init__(self, request_signals, *, chain: bool = True, shield_children: bool = True):
         self.request_signals = frozenset(parse_signal(s) for s in request_signals)
         self.chain = chain
+        # A framework that stops at the first SIGTERM (Lightning) must not see
+        # the one that asks for the checkpoint (sites that preempt with
+        # SIGTERM only); it still sees the one that means terminate.
+        self.hold_request_sigterm = False
         self.shield_children = shield_children
         # Counters, not a bool: a request arriving while another is being
         # served must not be lost when the first one is cleared.
@@ -91,7 +95,8 @@ class SignalFlag:
     installed: "weakref.WeakSet[SignalFlag]" = weakref.WeakSet()
 
     def handler(self, signum, frame) -> None:
-        self.record(signum)
+        if self.record(signum) and signum == signal.SIGTERM and self.hold_request_sigterm:
+            return
         previous = self._previous.get(signum)
         # Chain to whatever was there before (a framework's or the user's own
         # handler); SIG_DFL/SIG_IGN are not callables and are not "called":
@@ -99,7 +104,8 @@ class SignalFlag:
         if self.chain and callable(previous) and previous is not self.handler:
             previous(signum, frame)
 
-    def record(self, signum) -> None:
+    def record(self, signum) -> bool:
+        """Note the signal; True when it asks for a checkpoint."""
         now = time.monotonic()
         if signum == signal.SIGTERM:
             self.sigterm_count += 1
@@ -110,15 +116,16 @@ class SignalFlag:
                     or self.pending or self.after_preempt or self.serving):
                 self.terminating = True
                 self.terminated_at = now
-                return
+                return False
         elif self.owed:
             # The late copy of a request already being served with the peers.
             self.owed -= 1
-            return
+            return False
         self.requests += 1
         self.signum = signum
         self.signalled_at = now
         self.signalled_wall = time.time()
+        return True
 
     @property
     def pending(self) -> bool:

@@ -66,8 +66,8 @@ class ClassTools:
 
 @dataclass(frozen=True)
 class LocalFacts:
-    """slurm-snap's own side on this host."""
-    inventory: InventoryReach
+    """slurm-snap's own side on this host (no inventory: not asked, `doctor --local`)."""
+    inventory: InventoryReach | None
     classes: tuple[ClassTools, ...]
     barrier_dir: str
     barrier_dir_exists: bool
@@ -102,3 +102,31 @@ class TopologyFacts:
     nodes: tuple[str, ...]
     service_error: str | None = None
     node_facts: tuple[NodeFacts, ...] = ()
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """A file slurm-snap trusts, as this host has it: `role` says what it is
+    (SECURITY.md's words), `owner` its owner's name, `mode` its permission
+    bits, `dir_owner`/`dir_mode` the same of the directory holding it (whoever
+    may write there may put another file in its place). `exists` False:
+    nothing at `path`; `error`: it could not be looked at."""
+    role: str
+    path: str
+    exists: bool
+    owner: str = ""
+    mode: int = 0
+    dir_owner: str = ""
+    dir_mode: int = 0
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class PortFacts:
+    """What may hold the service's port on the controller: the running
+    Slurm's configuration (`scontrol show config`), slurmdbd.conf's text
+    (None: not readable here) and the kernel's ephemeral range (None:
+    unknown)."""
+    slurm: dict
+    dbd_conf: str | None
+    ephemeral: tuple[int, int] | None

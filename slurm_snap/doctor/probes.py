@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import glob
 import os
-import socket
+import pwd
+import stat
 import sys
 
 from ..config import Config
@@ -17,7 +18,8 @@ from ..errors import SnapError
 from ..slurm import hooknames
 from ..slurm.commands import DEFAULT_SLURM_CONF
 from ..slurm.version import config_values
-from .facts import ClassTools, FsType, HookScript, InventoryReach, LocalFacts, NodeFacts, NodeReport, TopologyFacts
+from .facts import (ClassTools, FileFacts, FsType, HookScript, InventoryReach, LocalFacts, NodeFacts, NodeReport,
+                    PortFacts, TopologyFacts)
 
 # Enough of a hook script to find the entry point's name in a wrapper.
 SCRIPT_BYTES = 64 * 1024
@@ -114,14 +116,16 @@ def fs_type(backend, prefix: str) -> FsType | None:
     return FsType(prefix, want, got=got)
 
 
-def local(cfg: Config, *, node: str | None = None, node_local: bool = True) -> LocalFacts:
+def local(cfg: Config, *, node: str | None = None, node_local: bool = True, remote: bool = True) -> LocalFacts:
     """slurm-snap's own side on this host.
 
     `node` is the Slurm node name this host is (doctor run on a node by the
     controller's doctor); `node_local` False leaves node-local classes out,
     for a controller or login host: their scratch is a directory of the
     host's root disk there, not the node's btrfs, and the nodes are checked
-    on their own."""
+    on their own. `remote` False (`doctor --local`) leaves out what another
+    host answers: an inventory on a server or behind the service (None), and
+    shared classes whose tools run on their host over SSH."""
     host = node or os.uname().nodename
     classes = []
     for vc in cfg.volume_classes:
@@ -131,7 +135,7 @@ def local(cfg: Config, *, node: str | None = None, node_local: bool = True) -> L
             # Its tools run on vc.host (a Lustre MGS, a GPFS manager), driven
             # from the controller: checking this host's PATH would say
             # nothing about them. A node's doctor leaves it to the controller's.
-            if node is None:
+            if node is None and remote:
                 classes.append(class_tools(cfg, vc, node=None, local=False, over_ssh="shared",
                                            host=vc.host or "its host", prefix=vc.prefix))
             continue
@@ -139,22 +143,27 @@ def local(cfg: Config, *, node: str | None = None, node_local: bool = True) -> L
         classes.append(class_tools(cfg, vc, node=None, local=True,
                                    prefix=prefix if os.path.isdir(prefix) else None))
     bd = cfg.paths.barrier_dir
-    return LocalFacts(inventory=inventory(cfg), classes=tuple(classes), barrier_dir=bd,
+    asked = remote or cfg.inventory.url.startswith("sqlite")
+    return LocalFacts(inventory=inventory(cfg) if asked else None, classes=tuple(classes), barrier_dir=bd,
                       barrier_dir_exists=os.path.isdir(bd))
 
 
 def service(cfg: Config) -> str | None:
-    """None when this host serves nothing; "" when the service's socket
-    answers; else why not."""
+    """None when this host serves nothing; "" when the service answers a
+    MUNGE-authenticated ping (a port that merely accepts, such as
+    slurmdbd's, is not the service); else why not."""
     if not cfg.service.listen:
         return None
     from ..service.address import parse_address
+    from ..service.client import ping
 
     host, port = parse_address(cfg.service.listen)
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1" if host == "0.0.0.0" else "::1"
     try:
-        socket.create_connection((host, port), timeout=5).close()
-    except OSError as exc:
-        return str(exc.strerror or exc)
+        ping(cfg, address=(host, port))
+    except SnapError as exc:
+        return str(exc)
     return ""
 
 
@@ -226,3 +235,59 @@ def checkpoint_times(inventory_handle, days: int) -> dict[str, list[tuple[float,
             return repo.preempt_checkpoint_times(clock.utcnow() - dt.timedelta(days=days))
     except (SnapError, SQLAlchemyError):
         return None
+
+
+MUNGE_KEY = "/etc/munge/munge.key"
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def file_facts(role: str, path: str) -> FileFacts:
+    """Owner and mode of `path` (following a link, as its readers do) and of its directory."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return FileFacts(role, path, exists=False)
+    except OSError as exc:
+        return FileFacts(role, path, exists=False, error=exc.strerror or str(exc))
+    try:
+        dst = os.stat(os.path.dirname(os.path.realpath(path)) or "/")
+        downer, dmode = _owner(dst.st_uid), stat.S_IMODE(dst.st_mode) | (dst.st_mode & stat.S_ISVTX)
+    except OSError:
+        downer, dmode = "", 0
+    return FileFacts(role, path, exists=True, owner=_owner(st.st_uid), mode=stat.S_IMODE(st.st_mode),
+                     dir_owner=downer, dir_mode=dmode)
+
+
+def trusted_files(cfg: Config) -> tuple[FileFacts, ...]:
+    """The files SECURITY.md says slurm-snap trusts, as this host has them."""
+    from .security_checks import uses_ssh
+
+    out = [file_facts("configuration", cfg.path)]
+    url = cfg.inventory.url
+    if url.startswith("sqlite:///"):
+        db = url[len("sqlite:///"):]
+        out += [file_facts("SQLite inventory", p) for p in (db, f"{db}-wal", f"{db}-shm")]
+    if uses_ssh(cfg) and not cfg.via_service:
+        out += [file_facts("SSH key", cfg.ssh.key), file_facts("SSH known_hosts", cfg.ssh.known_hosts)]
+    if os.geteuid() == 0:   # /etc/munge is munge's alone: only root sees the key's mode
+        out.append(file_facts("munge key", MUNGE_KEY))
+    return tuple(out)
+
+
+def port_facts(slurm: dict[str, str]) -> PortFacts:
+    """Slurm's ports as the running slurmctld reports them, slurmdbd.conf
+    beside slurm.conf (root may read it), the kernel's ephemeral range."""
+    base = os.path.dirname(slurm.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            lo, hi = (int(x) for x in fh.read().split())
+        ephemeral: tuple[int, int] | None = (lo, hi)
+    except (OSError, ValueError):
+        ephemeral = None
+    return PortFacts(slurm=dict(slurm), dbd_conf=read_text(os.path.join(base, "slurmdbd.conf")), ephemeral=ephemeral)

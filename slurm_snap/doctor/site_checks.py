@@ -65,7 +65,7 @@ def check_class(cfg: Config, c: ClassTools) -> list[Finding]:
 
 def check_local(cfg: Config, facts: LocalFacts) -> list[Finding]:
     """slurm-snap's own side on this host: inventory, backends' tools, barrier directory."""
-    out = check_inventory(cfg, facts.inventory)
+    out = check_inventory(cfg, facts.inventory) if facts.inventory is not None else []
     for c in facts.classes:
         out += check_class(cfg, c)
     out.append(Finding(facts.barrier_dir_exists, f"barrier directory {facts.barrier_dir} exists",

@@ -147,6 +147,55 @@ def check_hook(cfg: Config, key: str, scripts: tuple[HookScript, ...]) -> Findin
                    f"or call {name} from the site's {key} by that name", verified=False)
 
 
+# Slurm's default AuthInfo=cred_expire: how long a requeued batch job waits
+# before it may start again (and requeue_delay's default from 25.11 on).
+DEFAULT_CRED_EXPIRE = 120
+_CRED_EXPIRE = re.compile(r"cred_expire=(\d+)")
+_REQUEUE_DELAY = re.compile(r"requeue_delay=(\d+)")
+
+
+def requeue_wait(slurm: dict[str, str]) -> int:
+    """Seconds a requeued (not expedited) job waits before it is eligible:
+    SchedulerParameters requeue_delay (25.11), else cred_expire."""
+    m = _REQUEUE_DELAY.search(slurm.get("SchedulerParameters", ""))
+    if m and running_version(slurm) >= SlurmVersion(25, 11):
+        return int(m.group(1))
+    m = _CRED_EXPIRE.search(slurm.get("AuthInfo", ""))
+    return int(m.group(1)) if m else DEFAULT_CRED_EXPIRE
+
+
+def check_requeue(slurm: dict[str, str], cli_filter_expedites: bool | None) -> list[Finding]:
+    """What a preemption costs its job before its requeued run may start.
+    25.11+: expedited requeue (eligible at once) when slurm.conf allows it and
+    cli_filter.lua asks for it; older: cred_expire, reported as the cost."""
+    version = running_version(slurm)
+    wait = requeue_wait(slurm)
+    if version.expedited_requeue is None:
+        return [Finding(True, f"a requeued job waits {wait} s (cred_expire) before it may start again: every "
+                              f"preemption costs its job {wait} s plus its queue wait (Slurm {version} has no "
+                              "expedited requeue; 25.11 has)")]
+    key, value = version.expedited_requeue
+    enabled = value in _items(slurm.get(key, ""))
+    out = [Finding(enabled, f"requeued jobs may restart at once ({key}={value}, Slurm {version}; otherwise "
+                            f"{wait} s after each preemption)",
+                   f"add {value} to {key} in slurm.conf and `slurm-snap config cli-filter --expedite`")]
+    if enabled and cli_filter_expedites is not None:
+        out.append(Finding(cli_filter_expedites, "cli_filter.lua asks for --requeue=expedite",
+                           "slurm-snap config cli-filter --expedite etc/cli_filter.lua > (the installed cli_filter.lua)"))
+    return out
+
+
+def check_slurm_api(choice, version: SlurmVersion) -> Finding:
+    """Which side talks to Slurm (slurm/api.py), and that a pyslurm in use
+    matches the controller too."""
+    if choice.refused:
+        return Finding(False, f"Slurm API: Slurm's commands ({choice.why})", choice.refused)
+    if choice.name == "pyslurm" and not choice.why.endswith(f"Slurm {version.series}"):
+        return Finding(False, f"Slurm API: {choice.why}, but slurmctld runs {version}",
+                       f"install pyslurm=={version.series}.* built against Slurm {version.series}'s headers")
+    return Finding(True, f"Slurm API: {choice.name} ({choice.why})")
+
+
 def running_version(slurm: dict[str, str]) -> SlurmVersion:
     """The version slurmctld reports (SLURM_VERSION in `scontrol show
     config`); without one, the oldest supported."""
@@ -217,16 +266,24 @@ def check_cli_filter(cfg: Config, path: str, text: str | None) -> list[Finding]:
                                         f"(has {got[0] or '?'}@{got[1] if got[1] is not None else '?'})", fix)]
 
 
-def check_entry_point(cfg: Config, path: str, text: str | None) -> list[Finding]:
+def check_entry_point(cfg: Config, path: str, text: str | None, defaults: str | None = None) -> list[Finding]:
     """The PrologSlurmctld entry point records in the background only if the
-    configuration allows it (policy `closed` must record before the launch)."""
+    configuration allows it (policy `closed` must record before the launch).
+    `defaults` is the text of the file the entry point reads its site
+    overrides from (its DEFAULTS=, /etc/default/slurm-snap for the package)."""
     if text is None:
         return [Finding(False, f"PrologSlurmctld entry point {path} readable", f"install {path} (etc/README.md)")]
     m = re.search(r"^RECORD=(\S+)", text, re.M)
     mode = m.group(1) if m else "foreground"
+    where = path
+    o = re.search(r"^RECORD=(\S+)", defaults or "", re.M)
+    if o:
+        mode = o.group(1)
+        d = re.search(r"^DEFAULTS=(\S+)", text, re.M)
+        where = d.group(1) if d else where
     want = "background" if cfg.hooks.records_in_background else "foreground"
     return [Finding(mode == want, f"PrologSlurmctld entry point records in the {want} (RECORD={mode})",
-                    f"set RECORD={want} in {path} (failure_policy {cfg.hooks.failure_policy!r}, "
+                    f"set RECORD={want} in {where} (failure_policy {cfg.hooks.failure_policy!r}, "
                     f"record_in_background {str(cfg.hooks.record_in_background).lower()})")]
 
 

@@ -5,20 +5,24 @@
                                        a requeued run gets resume.json. It does not touch the
                                        inventory otherwise: importing the ORM alone costs more
                                        than the 100 ms an opted-in job's start may pay.
-  EpilogSlurmctld  (controller, root)  at preemption, open the set (requested at PreemptTime)
-  Epilog           (each node, root)   at preemption, cut this node's volumes, record, finalize
+  EpilogSlurmctld  (controller, root)  at preemption or the time limit, open the set (requested at
+                                       PreemptTime); requeue a job that reached its time limit
+  Epilog           (each node, root)   at preemption or the time limit, cut this node's volumes,
+                                       record, finalize
 
 Each is idempotent (Slurm may run a hook twice) and runs under hooks.policy.
 """
 from __future__ import annotations
 
 import os
+import time
 
 from .. import paths
 from ..config import Config
 from ..errors import PathError, SnapError, Unsupported, VolumesRefused
-from ..jobrecords import JobRecord, VolumeRecord
+from ..jobrecords import BY_EPILOG, SIGNAL_SLACK, JobRecord, TimeLimitRecord, VolumeRecord, preempt_epoch
 from ..lazylog import getLogger
+from ..record import record
 from ..slurm import hooknames
 from ..slurm.jobenv import JobEnv
 from ..jobdir import JobDir
@@ -45,7 +49,7 @@ def record_job(cfg: Config, inv, job: JobEnv) -> str:
     with inv.session() as repo:
         run = repo.record_job_run(job_id=job.job_id, restart_count=job.restart_count, user_name=job.user,
                                   uid=job.uid, partition=job.partition, nodes=job.nodes, options=job.options(),
-                                  snapshot_every=every)
+                                  snapshot_every=every, sluid=job.sluid)
         repo.add_volumes(run, specs)
         repo.event("hook", f"recorded {len(specs)} volumes on {len(job.nodes)} nodes", job_id=job.job_id)
         if every is not None:
@@ -55,6 +59,13 @@ def record_job(cfg: Config, inv, job: JobEnv) -> str:
 
 
 def prolog(cfg: Config, inv, job: JobEnv) -> str:
+    if job.restart_count > 0:
+        # A requeued run: this node may still hold the preempted run's spool
+        # entry, and the head node's resume point waits for it. Deliver now,
+        # not after the agent's backoff (one scandir when the spool is empty).
+        from ..nodeagent.agent import kick
+
+        kick(cfg, reached_service=True)
     declared = parse_declaration(cfg, job.volumes)
     specs = specs_for_job(cfg, declared, job.nodes or [job.node], job.job_id)
     mine = [s for s in specs if s.node == job.node or (s.scope == "shared" and job.node == job.head_node)]
@@ -73,6 +84,7 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
         # The job will not run: no notice to print, but report/show say why.
         raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
     jobdir = JobDir(cfg.paths.barrier_dir, job.job_id).prepare(job.uid, job.gid)
+    resuming = job.restart_count > 0 and job.node == job.head_node
     told: list[str] = []
     try:
         jobdir.write_job(JobRecord(job_id=job.job_id, restart_count=job.restart_count, user=job.user,
@@ -86,7 +98,7 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
                     f"snapshots of it (slurm-snap show {job.job_id})" for r in refused]
             raise VolumesRefused(job.node, refused, recorded=_record_refusals(cfg, inv, job, specs, refused))
         resumed = ""
-        if job.restart_count > 0 and job.node == job.head_node:
+        if resuming:
             from ..protocol import preempt
 
             left = remaining()
@@ -166,29 +178,89 @@ def _prepare_volume(cfg: Config, spec: VolumeRecord, job: JobEnv, *, create: boo
     os.chmod(spec.path, 0o750)
 
 
-def _preempt_time(cfg: Config, job: JobEnv) -> tuple[int, int]:
-    """(When the preemption began, Slurm's PreemptTime as these epilogs see
-    it), epoch seconds; (0, 0) if the job was not preempted.
+@record
+class Stop:
+    """Why the epilogs of an opted-in job cut a set, from squeue and the
+    time-limit record: `trigger` is "preempt" or "timelimit" ("" for
+    nothing to do, and `why` says why); `requested` the request's lower bound
+    and `ended` when Slurm ended the run (its PreemptTime, which the epilogs
+    see as the kill, or the time limit's moment), epoch seconds. `at_limit`:
+    the job reached its time limit and nobody has requeued it yet."""
 
-    Nothing in the hooks' environment says "preempted" (docs/design.md,
-    "What the epilogs see at a preemption"); squeue does: the job is
-    COMPLETING with a PreemptTime in both EpilogSlurmctld and the node
-    Epilog, and PreemptTime is 0 after a normal end, scancel or scontrol
+    trigger: str
+    why: str = ""
+    requested: int = 0
+    ended: int = 0
+    at_limit: bool = False
+
+
+def _why_stopped(cfg: Config, job: JobEnv) -> Stop:
+    """Nothing in the hooks' environment says "preempted" or "time limit"
+    (docs/design.md, "What the epilogs see at a preemption"); squeue does:
+    the job is COMPLETING with a PreemptTime in both EpilogSlurmctld and the
+    node Epilog, and PreemptTime is 0 after a normal end, scancel or scontrol
     requeue. By the time the epilogs run, PreemptTime is the end of the
     grace period (the kill), not the moment the signal went out. The ranks'
     acknowledgements are written inside the grace period, so the request
     time is PreemptTime - GraceTime, less the lag of slurmctld's periodic
     grace check (measured up to ~10 s) and the one-second resolution.
 
+    A job that asked for --snapshot-before-timelimit stopped for its limit
+    when squeue says Reason=TimeLimit (it reached it; nobody requeued it
+    yet), or, once requeued, when the time-limit record of its run exists
+    (written by whoever requeued it, before the requeue: squeue first, the
+    record after, so one of them always tells).
+
     A squeue that fails is an error, never "not preempted": that answer once
     hid an EpilogSlurmctld that could not reach slurmctld at all.
     """
-    from ..slurm import commands
+    if not (job.on_preempt or job.timelimit):
+        return Stop("", "neither --snapshot-on-preempt nor --snapshot-before-timelimit")
+    from ..slurm.api import for_hook
 
-    t = commands.squeue_job(job.job_id, timeout=cfg.timeouts.slurm_command).preempt_time
-    if not t:
-        return 0, 0
-    return max(1, t - _grace_seconds(cfg, job) - PREEMPT_SLACK), t
+    info = for_hook().job(job.job_id, timeout=cfg.timeouts.slurm_command)
+    if info.preempt_time:
+        if not job.on_preempt:
+            return Stop("", "preempted, but not --snapshot-on-preempt")
+        t = info.preempt_time
+        return Stop("preempt", requested=max(1, t - _grace_seconds(cfg, job) - PREEMPT_SLACK), ended=t)
+    if job.timelimit:
+        if info.state_reason == TIME_LIMIT_REASON:
+            # squeue's end_time is the kill until a requeue makes it the next
+            # run's (measured, 22.05: Reason stays TimeLimit while COMPLETING).
+            now = int(time.time())
+            end = min(info.end_time or now, now)
+            return Stop("timelimit", requested=max(1, end - job.timelimit - SIGNAL_SLACK), ended=end, at_limit=True)
+        record = _timelimit_record(cfg, job)
+        if record is not None:
+            return _stop_at(record)
+        return Stop("", "neither preempted nor stopped for its time limit")
+    return Stop("", "not preempted")
+
+
+def _stop_at(record: TimeLimitRecord) -> Stop:
+    """The time-limit stop its record tells: the request came at most the
+    margin and SIGNAL_SLACK before the decision, which ended the run."""
+    return Stop("timelimit", requested=max(1, int(record.at - record.margin - SIGNAL_SLACK)), ended=int(record.at))
+
+
+# What squeue says of a job that reached its time limit (state_reason FAIL_TIMEOUT).
+TIME_LIMIT_REASON = "TimeLimit"
+
+
+def _run_epoch(cfg: Config, job: JobEnv) -> str:
+    """The epoch of the run these hooks end: its restart count as its Prolog
+    recorded it (job.json), since after a requeue the hooks' own is the next run's."""
+    recorded = JobDir(cfg.paths.barrier_dir, job.job_id).read_job()
+    return preempt_epoch(recorded.restart_count if recorded is not None else job.restart_count)
+
+
+def _timelimit_record(cfg: Config, job: JobEnv):
+    try:
+        return JobDir(cfg.paths.barrier_dir, job.job_id).read_timelimit(_run_epoch(cfg, job), job.uid)
+    except (OSError, SnapError) as exc:
+        log.warning("job %s: time-limit record not read: %s", job.job_id, exc)
+        return None
 
 
 def _grace_seconds(cfg: Config, job: JobEnv) -> int:
@@ -206,35 +278,98 @@ def _grace_seconds(cfg: Config, job: JobEnv) -> int:
     return 0
 
 
-def _not_preempted(cfg: Config, job: JobEnv) -> tuple[str, int, int]:
-    """(why the epilogs have nothing to do, "" when preempted; the request's
-    lower bound; Slurm's PreemptTime)."""
-    if not job.on_preempt:
-        return "not --snapshot-on-preempt", 0, 0
-    t, slurm = _preempt_time(cfg, job)
-    return ("" if t else "not preempted"), t, slurm
+def _requeue_at_limit(cfg: Config, job: JobEnv) -> str:
+    """EpilogSlurmctld of a job that reached its time limit without rank 0
+    requeueing it (no scontrol in its container, or rank 0 could not): when
+    every rank acknowledged the run's checkpoint, record the time-limit stop
+    (for the node Epilogs), then requeue. A run whose ranks did not all
+    checkpoint is not requeued: it would come back to the same point."""
+    from ..client.early import all_acknowledged
+    from ..slurm import commands
+
+    jd = JobDir(cfg.paths.barrier_dir, job.job_id)
+    epoch = _run_epoch(cfg, job)
+    world = _world_size(jd, epoch)
+    if world is None or not all_acknowledged(jd, epoch, world):
+        return "not requeued: not every rank acknowledged a checkpoint of this run"
+    jd.write_timelimit(TimeLimitRecord(epoch=epoch, at=time.time(), by=BY_EPILOG, margin=job.timelimit,
+                                       why="the job reached its time limit; requeued by EpilogSlurmctld"))
+    commands.requeue_job(job.job_id, timeout=cfg.timeouts.slurm_command)
+    return "requeued"
+
+
+def _world_size(jd: JobDir, epoch: str) -> int | None:
+    """The world the ranks' acknowledgements of `epoch` name."""
+    from ..client.early import acknowledgements
+
+    return next((a.world_size for a in acknowledgements(jd, epoch) if a.world_size), None)
 
 
 def epilog_slurmctld(cfg: Config, inv, job: JobEnv) -> str:
-    why, t, _slurm = _not_preempted(cfg, job)
-    if why:
-        return why
+    stop = _why_stopped(cfg, job)
+    if not stop.trigger:
+        return stop.why
     from ..protocol import preempt
 
-    m = preempt.epilogslurmctld_mark(cfg, inv, job, t)
-    return f"preempted at {t}: set {m.set_id} " + ("opened" if m.created else f"already {m.state}")
+    m = preempt.epilogslurmctld_mark(cfg, inv, job, stop.requested, trigger=stop.trigger)
+    out = f"{_said(stop)}: set {m.set_id} " + ("opened" if m.created else f"already {m.state}")
+    if stop.at_limit:
+        out += "; " + _requeue_at_limit(cfg, job)
+    return out
+
+
+def _said(stop: Stop) -> str:
+    return f"preempted at {stop.requested}" if stop.trigger == "preempt" else \
+        f"stopped for its time limit at {stop.ended}"
 
 
 def epilog(cfg: Config, inv, job: JobEnv) -> str:
-    why, t, slurm = _not_preempted(cfg, job)
-    if why:
-        return why
     from ..protocol import preempt
 
-    from .policy import remaining
+    try:
+        stop = _why_stopped(cfg, job)
+        if not stop.trigger:
+            return stop.why
+        when = _said(stop)
+    except SnapError as exc:
+        # slurmctld did not answer (restarting, or this node is cut off from
+        # the controller): the ranks' acknowledgements on the shared
+        # filesystem still say whether the run stopped for a snapshot.
+        seen = preempt.ranks_saw_preemption(cfg, job)
+        if not seen:
+            raise
+        stop = _stopped_offline(cfg, job)
+        when = f"squeue failed ({exc}), but {seen}: " + (
+            "preempted" if stop.trigger == "preempt" else "stopped for its time limit")
+    result = preempt.epilog_cut(cfg, inv, job, preempt_time=stop.requested or None, killed_at=stop.ended or None,
+                                remaining=remaining(), refusal=lambda v: _refusal(cfg, v, job), trigger=stop.trigger)
+    return f"{when}: {result}"
 
-    result = preempt.epilog_cut(cfg, inv, job, preempt_time=t, killed_at=slurm, remaining=remaining())
-    return f"preempted at {t}: {result}"
+
+def _stopped_offline(cfg: Config, job: JobEnv) -> Stop:
+    """Why the ranks checkpointed the run, when squeue cannot say: the
+    time-limit record when whoever requeued it wrote one (its times with
+    it); else a preemption for a --snapshot-on-preempt job (times unknown);
+    else its time limit, the only other reason its ranks checkpoint
+    without a request (client/reason.py)."""
+    record = _timelimit_record(cfg, job) if job.timelimit else None
+    if record is not None:
+        return _stop_at(record)
+    return Stop("preempt" if job.on_preempt else "timelimit")
+
+
+def _refusal(cfg: Config, spec: VolumeRecord, job: JobEnv) -> str:
+    """Why this node must not cut `spec` (the Prolog's own check of a path
+    that already exists, run again at the cut), "" when it may."""
+    if cfg.volume_class(spec.volume_class) is None:
+        return f"its class {spec.volume_class!r} is no longer configured"
+    try:
+        _prepare_volume(cfg, spec, job, create=False)
+    except PathError as exc:
+        return exc.kwargs.get("why") or str(exc)
+    except (OSError, SnapError) as exc:
+        return f"cannot be checked: {exc}"
+    return ""
 
 
 HOOKS = {

@@ -67,5 +67,15 @@ def run_named(config_path: str | None, name: str) -> int:
 
     raw_id = os.environ.get("SLURM_JOB_ID", "")
     job_id = int(raw_id) if raw_id.isascii() and raw_id.isdigit() else None
-    return run_hook(name, body, cfg=cfg, job_id=job_id, node=os.environ.get("SLURMD_NODENAME", ""),
-                    record_failure=record_failure)
+    status = run_hook(name, body, cfg=cfg, job_id=job_id, node=os.environ.get("SLURMD_NODENAME", ""),
+                      record_failure=record_failure)
+    # Every hook on its way out: if this node's spool holds what an Epilog
+    # cut while the inventory was away, start the node agent's pass in the
+    # background (one scandir when it is empty: the opted-in Prolog's cost).
+    from ..spool.outbox import has_entries
+
+    if has_entries(cfg.spool.directory):
+        from ..nodeagent.agent import kick
+
+        kick(cfg)
+    return status

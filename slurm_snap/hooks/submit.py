@@ -13,11 +13,16 @@ from .. import states as S
 from ..config import MIN_EVERY_SECONDS, Config
 
 # The options the plugin passes (spank/helper.c), each with a value, and their defaults.
-OPTIONS = {"--volumes": None, "--consistency": S.WANT_APP, "--resume-cmd": "", "--every": None}
+OPTIONS = {"--volumes": None, "--consistency": S.WANT_APP, "--resume-cmd": "", "--every": None,
+           "--before-timelimit": None}
+
+# Slurm's --signal time is 16 bits (sig_time in job_desc_msg_t).
+MAX_TIMELIMIT_MARGIN = 65535
+MIN_TIMELIMIT_MARGIN = 10
 
 
 def validate_options(cfg: Config, *, volumes: str | None, consistency: str, resume_cmd: str,
-                     every: str | None) -> list[str]:
+                     every: str | None, before_timelimit: str | None = None) -> list[str]:
     """The result lines (KEY=VALUE) for the job's environment, or the
     SnapError naming what is wrong."""
     from .volumes import validate_submit
@@ -35,6 +40,9 @@ def validate_options(cfg: Config, *, volumes: str | None, consistency: str, resu
         if seconds < MIN_EVERY_SECONDS:
             raise errors.BadValueError(what="--snapshot-every", value=every,
                                        why=f"under {MIN_EVERY_SECONDS} s: too frequent to be worth a snapshot")
+    margin = None
+    if before_timelimit is not None:
+        margin = _timelimit_margin(before_timelimit)
     declared = validate_submit(cfg, items, consistency)
     # One KEY=VALUE per line: the plugin copies these into the job's
     # environment so ranks find the barrier area and the signal.
@@ -42,10 +50,26 @@ def validate_options(cfg: Config, *, volumes: str | None, consistency: str, resu
              f"SLURM_SNAP_SIGNAL={cfg.protocol.checkpoint_signal}",
              f"SLURM_SNAP_EARLY_RELEASE={int(cfg.protocol.early_release)}",
              f"SLURM_SNAP_CLASSES={','.join(sorted({d.vc.name for d in declared}))}"]
+    if margin is not None:
+        # Rank 0 tells the time limit's signal from a preemption's by it (client/early.py).
+        lines.append(f"SLURM_SNAP_TIMELIMIT_MARGIN={margin}")
     if cfg.slurm.bin_dir:
         # Rank 0's early release runs scontrol: the site's, not another version's in /usr/bin.
         lines.append(f"SLURM_SNAP_SLURM_BIN={cfg.slurm.bin_dir}")
     return lines
+
+
+def _timelimit_margin(value: str) -> int:
+    """--snapshot-before-timelimit's MARGIN in seconds: a duration in the one
+    grammar, within what Slurm's --signal can carry."""
+    from ..slurm.duration import parse_duration
+
+    seconds = int(parse_duration(value, what="--snapshot-before-timelimit").total_seconds())
+    if not MIN_TIMELIMIT_MARGIN <= seconds <= MAX_TIMELIMIT_MARGIN:
+        raise errors.BadValueError(what="--snapshot-before-timelimit", value=value,
+                                   why=f"must be {MIN_TIMELIMIT_MARGIN} s to {MAX_TIMELIMIT_MARGIN} s "
+                                       "(Slurm's --signal time)")
+    return seconds
 
 
 def parse_argv(args: list[str]) -> dict[str, str | None] | None:

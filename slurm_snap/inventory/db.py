@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import sqlite3
 import urllib.parse
@@ -19,13 +18,13 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..errors import InventoryError, InventoryNotInitialised
+from ..errors import InventoryError, InventoryNotInitialised, InventoryNotReadable
 
 # The newest migration (migrations/versions). Commands and hooks compare the
 # database's revision with this before their first transaction instead of
 # asking alembic, whose import alone would cost a hook more than its query;
 # a unit test keeps it equal to alembic's head.
-SCHEMA_HEAD = "0010_part_copies"
+SCHEMA_HEAD = "0012_job_sluid"
 
 # statfs f_type of filesystems where SQLite's locking and WAL are unsafe.
 NETWORK_FS = {
@@ -40,13 +39,21 @@ NETWORK_FS = {
 }
 
 
+_libc = None
+
+
 def _statfs_type(path: str) -> int | None:
-    libc_name = ctypes.util.find_library("c")
-    if not libc_name:
-        return None
-    libc = ctypes.CDLL(libc_name, use_errno=True)
+    global _libc
+    if _libc is None:
+        # The running program's own symbols (libc among them): no
+        # ctypes.util.find_library, which forks `ldconfig -p` on every call
+        # (~10 ms; it ran for every SQLite engine a command or hook made).
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            return None
     buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on x86_64
-    if libc.statfs(os.fsencode(path), buf) != 0:
+    if _libc.statfs(os.fsencode(path), buf) != 0:
         return None
     return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
@@ -54,7 +61,9 @@ def _statfs_type(path: str) -> int | None:
 def network_fs_of(path: str) -> str | None:
     """Name of the network filesystem `path` (or its nearest existing parent) is on."""
     p = Path(path)
-    while not p.exists() and p != p.parent:
+    # os.path.exists, not Path.exists: a parent this user may not search
+    # (EACCES) means "look higher", never an exception.
+    while not os.path.exists(p) and p != p.parent:
         p = p.parent
     return NETWORK_FS.get(_statfs_type(str(p)) or 0)
 
@@ -104,6 +113,7 @@ def _server_connect_args(u) -> dict:
 def _sqlite_engine(url: str, database: str, busy_timeout: float, create: bool) -> Engine:
     engine_url = url
     if database != ":memory:":
+        _check_access(url, database)
         fs = network_fs_of(database)
         if fs:
             raise InventoryError(url=url, why=f"SQLite file is on a {fs} filesystem; it must be on a local disk "
@@ -147,6 +157,34 @@ def _sqlite_engine(url: str, database: str, busy_timeout: float, create: bool) -
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _check_access(url: str, database: str) -> None:
+    """The file root keeps private (0600, often in a 0700 directory, as the
+    install guide makes it): an ordinary user who opens it is told so in one
+    sentence before any stat() or SQLite call fails on it with EACCES."""
+    try:
+        os.stat(database)
+    except FileNotFoundError:
+        return      # "not initialised" is check_ready_file's (and `db upgrade` creates it)
+    except PermissionError:
+        raise InventoryNotReadable(url=_redact(url), why=f"permission denied on {os.path.dirname(database) or '.'}",
+                                   user=_user_name()) from None
+    except OSError:
+        return      # anything else is for SQLite to name
+    if not os.access(database, os.R_OK | os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+        # Even a reader needs write access: WAL readers write the -shm index.
+        raise InventoryNotReadable(url=_redact(url), why=f"permission denied on {database}", user=_user_name())
+
+
+def _user_name() -> str:
+    import pwd
+
+    uid = os.geteuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _restrict_mode(database: str) -> None:

@@ -111,6 +111,10 @@ class JobRun(Base):
     # Seconds between periodic snapshots (migration 0009): --snapshot-every or
     # the partition's default, never under its minimum; None: none taken.
     snapshot_every: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    # Slurm's SLUID of this run (25.11+, migration 0012): unique on the
+    # cluster even after job ids wrap; a requeued run has its own; None before
+    # 25.11.
+    sluid: Mapped[str | None] = mapped_column(String(14), nullable=True, default=None, index=True)
 
     volumes: Mapped[list["Volume"]] = relationship(back_populates="job_run", cascade="all, delete-orphan",
                                                    order_by="Volume.id")
@@ -167,7 +171,11 @@ class SnapshotSet(Base):
     epoch: Mapped[str64]
     trigger: Mapped[str] = mapped_column(String(16))
     wanted: Mapped[str] = mapped_column(String(16), default=WANT_APP)
+    # The set's label as a point to restore from ("none" for a set that is
+    # not one: states.NOT_A_POINT); parts_consistency the label of the parts
+    # that were cut (migration 0011). states.labels_for is the one rule.
     consistency: Mapped[str] = mapped_column(String(24), default="none")
+    parts_consistency: Mapped[str] = mapped_column(String(24), default="none", server_default="none")
     state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
     # Who drives the set now: host:pid of the coordinator, for repair.
@@ -181,7 +189,8 @@ class SnapshotSet(Base):
     finished_at: Mapped[utc_opt]
     verified_at: Mapped[utc_opt]
     # A preemption's nodes given back: rank 0's early requeue ("early") or
-    # Slurm's kill at the end of GraceTime ("grace"); None for other triggers.
+    # Slurm's kill at the end of GraceTime ("grace"), or the time limit
+    # ("limit", a time-limit set Slurm ended there); None for other triggers.
     released_at: Mapped[utc_opt]
     release: Mapped[str] = mapped_column(String(16), default="", server_default="")
     skew_seconds: Mapped[Optional[float]] = mapped_column(Seconds, nullable=True)

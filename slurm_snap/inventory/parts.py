@@ -35,18 +35,29 @@ class PartQueries:
         elif replace:
             self.s.execute(delete(BarrierAck).where(BarrierAck.set_id == set_id,
                                                     tuple_(BarrierAck.node, BarrierAck.rank).in_(list(replace))))
-        q = select(BarrierAck.node, BarrierAck.rank).where(BarrierAck.set_id == set_id)
+        q = select(BarrierAck.node, BarrierAck.rank, BarrierAck.written_at, BarrierAck.received_at) \
+            .where(BarrierAck.set_id == set_id)
         nodes = {a.node for a in acks}
         if len(nodes) <= 256:
             # A late batch of a few nodes need not read back the rows of all the others.
             q = q.where(BarrierAck.node.in_(sorted(nodes)))
-        have = set(self.s.execute(q)) if nodes else set()
+        have = {(n, r): (w, seen) for n, r, w, seen in self.s.execute(q)} if nodes else {}
         now = utcnow()
         rows = []
         for a in acks:
-            if (a.node, a.rank) in have:
+            known = have.get((a.node, a.rank))
+            if known is not None:
+                # The same file, first seen earlier by another reader (the head
+                # node's Epilog, delivered late from its spool, read every
+                # node's acks before the others' own Epilogs did): the earliest
+                # sighting is the barrier's time.
+                if a.seen_at is not None and known[1] is not None and a.written_at == known[0] \
+                        and a.seen_at < known[1]:
+                    self.s.execute(update(BarrierAck).where(BarrierAck.set_id == set_id, BarrierAck.node == a.node,
+                                                            BarrierAck.rank == a.rank).values(received_at=a.seen_at))
+                    have[(a.node, a.rank)] = (known[0], a.seen_at)
                 continue
-            have.add((a.node, a.rank))
+            have[(a.node, a.rank)] = (a.written_at, a.seen_at or now)
             rows.append(dict(set_id=set_id, node=a.node, rank=a.rank, local_rank=a.local_rank,
                              local_size=a.local_size, step=a.step, written_at=a.written_at,
                              received_at=a.seen_at or now, manifest=[e.to_json() for e in a.manifest],

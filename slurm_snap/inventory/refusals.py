@@ -57,7 +57,7 @@ def unprotected_runs(repo, f: SetFilter) -> list:
     declared = (select(func.count()).select_from(Volume).where(Volume.job_run_id == JobRun.id)
                 .correlate(JobRun).scalar_subquery())
     q = (select(JobRun.id.label("run_id"), JobRun.job_id, JobRun.restart_count, JobRun.user_name,
-                JobRun.partition, JobRun.nodes, JobRun.snapshot_every, JobRun.created_at, declared.label("declared"))
+                JobRun.partition, JobRun.nodes, JobRun.snapshot_every, JobRun.sluid, JobRun.created_at, declared.label("declared"))
          .where(exists().where(and_(Volume.job_run_id == JobRun.id, Volume.refused_at.is_not(None))),
                 ~exists().where(SnapshotSet.job_run_id == JobRun.id)))
     conds = filter_conds(f, job_id=JobRun.job_id, user=JobRun.user_name, at=JobRun.created_at, state=None)

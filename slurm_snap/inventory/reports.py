@@ -33,9 +33,10 @@ class ReportQueries:
         result on top of what the caller keeps.
         """
         cols = [SnapshotSet.id.label("set_id"), SnapshotSet.job_id, JobRun.restart_count,
-                SnapshotSet.user_name, JobRun.partition, JobRun.nodes, JobRun.snapshot_every,
+                SnapshotSet.user_name, JobRun.partition, JobRun.nodes, JobRun.snapshot_every, JobRun.sluid,
                 SnapshotSet.epoch, SnapshotSet.trigger,
-                SnapshotSet.wanted, SnapshotSet.consistency, SnapshotSet.state, SnapshotSet.reason,
+                SnapshotSet.wanted, SnapshotSet.consistency, SnapshotSet.parts_consistency, SnapshotSet.state,
+                SnapshotSet.reason,
                 SnapshotSet.requested_at, SnapshotSet.signalled_at, SnapshotSet.barrier_at,
                 SnapshotSet.released_at, SnapshotSet.release, SnapshotSet.cut_started_at, SnapshotSet.cut_done_at, SnapshotSet.finished_at,
                 SnapshotSet.verified_at, SnapshotSet.skew_seconds, SnapshotSet.checkpoint_step,
@@ -175,6 +176,21 @@ class ReportQueries:
                 out[job_id] = int(every)   # the newest run's wins
         return out
 
+    def report_jobs_with_resume_cmd(self, job_ids) -> set[int]:
+        """The jobs among `job_ids` whose newest run recorded a
+        --snapshot-resume-cmd: the ones scheduled drills can verify."""
+        out: set[int] = set()
+        ids = sorted(set(job_ids))
+        for i in range(0, len(ids), 500):
+            newest: dict[int, dict] = {}
+            rows = self.s.execute(select(JobRun.job_id, JobRun.restart_count, JobRun.options)
+                                  .where(JobRun.job_id.in_(ids[i:i + 500]))
+                                  .order_by(JobRun.job_id, JobRun.restart_count))
+            for job_id, _rc, options in rows:
+                newest[job_id] = options or {}   # the newest run's wins
+            out.update(j for j, options in newest.items() if options.get("resume_cmd"))
+        return out
+
     def report_phase_durations(self) -> dict[str, tuple[float, int]]:
         """Sum (seconds) and count of each phase over every set that went through it."""
         phases = {
@@ -197,10 +213,12 @@ class ReportQueries:
 
     def preempt_checkpoint_times(self, since: dt.datetime, *, limit: int = 1000) -> dict[str, list[tuple[float, str]]]:
         """Per partition, each recent preemption's first signal -> last
-        acknowledgement in seconds, with the set's label: what doctor sizes
-        GraceTime from. Newest `limit` preemption sets since `since`."""
+        acknowledgement in seconds, with what its checkpoint earned (the
+        parts' label: a PARTIAL set's missing part says nothing of the
+        ranks' timing): what doctor sizes GraceTime from. Newest `limit`
+        preemption sets since `since`."""
         rows = self.s.execute(select(JobRun.partition, SnapshotSet.requested_at, SnapshotSet.barrier_at,
-                                     SnapshotSet.consistency)
+                                     SnapshotSet.parts_consistency)
                               .join(JobRun, JobRun.id == SnapshotSet.job_run_id)
                               .where(SnapshotSet.trigger == "preempt", SnapshotSet.requested_at >= since,
                                      SnapshotSet.barrier_at.is_not(None))

@@ -57,14 +57,11 @@ class Inventory:
         self._ready = False
 
     @classmethod
-    def from_config(cls, cfg) -> "Inventory":
+    def from_config(cls, cfg, command: str = "") -> "Inventory":
         if cfg.via_service:
-            from ..errors import ServiceUnavailable
+            from ..errors import ControllerOnly
 
-            raise ServiceUnavailable(
-                why=f"this host reaches the inventory only through the slurm-snap service ({cfg.inventory.url}), "
-                    "which runs report, show, snapshot and restore-test for users and the hooks' recording; "
-                    "run anything else on the controller")
+            raise ControllerOnly(command=command or "this command", url=cfg.inventory.url)
         return cls(cfg.inventory.url, busy_timeout=cfg.inventory.busy_timeout)
 
     def upgrade(self) -> str:

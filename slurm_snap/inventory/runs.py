@@ -21,13 +21,13 @@ class RunQueries:
 
     def record_job_run(self, *, job_id: int, restart_count: int, user_name: str, uid: int,
                        partition: str = "", nodes: Sequence[str] = (), options: dict | None = None,
-                       snapshot_every: int | None = None) -> JobRun:
+                       snapshot_every: int | None = None, sluid: str | None = None) -> JobRun:
         """Idempotent: Slurm may run a hook twice; the second call updates in place."""
         run = self.s.scalar(select(JobRun).where(JobRun.job_id == job_id, JobRun.restart_count == restart_count))
         if run is None:
             run = JobRun(job_id=job_id, restart_count=restart_count, user_name=user_name, uid=uid,
                          partition=partition, nodes=list(nodes), options=dict(options or {}), created_at=utcnow(),
-                         snapshot_every=snapshot_every)
+                         snapshot_every=snapshot_every, sluid=sluid or None)
             self.s.add(run)
         else:
             run.nodes = sorted(set(run.nodes) | set(nodes)) if nodes else run.nodes
@@ -37,8 +37,18 @@ class RunQueries:
                 run.partition = partition
             if snapshot_every is not None:
                 run.snapshot_every = snapshot_every
+            if sluid:
+                run.sluid = sluid
         self.s.flush()
         return run
+
+    def runs_for_sluids(self, sluids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """SLUID -> (job id, restart count), for the SLUIDs the inventory knows."""
+        if not sluids:
+            return {}
+        rows = self.s.execute(select(JobRun.sluid, JobRun.job_id, JobRun.restart_count)
+                              .where(JobRun.sluid.in_(list(sluids))))
+        return {s: (j, rc) for s, j, rc in rows}
 
     def add_volumes(self, run: JobRun, specs: Iterable[VolumeRecord], *, prepared: bool = False) -> list[Volume]:
         existing = {(v.path, v.node): v for v in self.s.scalars(select(Volume).where(Volume.job_run_id == run.id))}
@@ -107,10 +117,10 @@ class RunQueries:
 
     def open_preempt_run(self, job_id: int, max_restart_count: int) -> JobRun | None:
         """The newest run (restart_count <= the given one) whose own preemption
-        set, `preempt-<its restart count>`, is still in flight."""
+        or time-limit set, `preempt-<its restart count>`, is still in flight."""
         rows = self.s.execute(select(JobRun, SnapshotSet.epoch).join(SnapshotSet, SnapshotSet.job_run_id == JobRun.id)
                               .where(JobRun.job_id == job_id, JobRun.restart_count <= max_restart_count,
-                                     SnapshotSet.trigger == "preempt", SnapshotSet.state.in_(S.ACTIVE))
+                                     SnapshotSet.trigger.in_(S.HOOK_TRIGGERS), SnapshotSet.state.in_(S.ACTIVE))
                               .order_by(JobRun.restart_count.desc()))
         for run, epoch in rows:
             if epoch == preempt_epoch(run.restart_count):

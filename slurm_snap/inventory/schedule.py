@@ -129,9 +129,20 @@ class ScheduleQueries:
         return out
 
     def overdue_drills(self, *, before: dt.datetime) -> int:
-        """COMPLETE sets cut before `before` that no drill gave a verdict:
-        past the site's verify_within (the metrics say how many)."""
-        q = (select(func.count()).select_from(SnapshotSet)
-             .where(SnapshotSet.state == S.COMPLETE, SnapshotSet.consistency.in_(sorted(S.DRILLABLE)),
-                    SnapshotSet.cut_done_at < before, ~_has_verdict()))
-        return int(self.s.scalar(q) or 0)
+        """Drills the runner owes past the site's verify_within (the metrics
+        say how many): jobs whose newest COMPLETE set that no drill gave a
+        verdict was cut before `before`, among jobs whose run recorded a
+        resume command. Not counted: a job's older undrilled sets (its newest
+        speaks for it, as the runner drills only that one) and jobs without a
+        resume command, which the runner cannot drill and nobody is at fault
+        for (an alert on them fired for every such job)."""
+        wanted = and_(SnapshotSet.state == S.COMPLETE, SnapshotSet.consistency.in_(sorted(S.DRILLABLE)),
+                      SnapshotSet.cut_done_at.is_not(None), ~_has_verdict())
+        newest = (select(SnapshotSet.job_id, func.max(SnapshotSet.cut_done_at).label("cut"))
+                  .where(wanted).group_by(SnapshotSet.job_id).subquery())
+        rows = self.s.execute(
+            select(SnapshotSet.job_id, JobRun.options)
+            .join(JobRun, SnapshotSet.job_run_id == JobRun.id)
+            .join(newest, and_(SnapshotSet.job_id == newest.c.job_id, SnapshotSet.cut_done_at == newest.c.cut))
+            .where(wanted, newest.c.cut < before)).all()
+        return len({job_id for job_id, options in rows if (options or {}).get("resume_cmd")})

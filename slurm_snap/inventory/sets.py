@@ -73,17 +73,26 @@ class SetQueries:
             raise NotFound(what="snapshot set", value=str(set_id))
         return st
 
-    def transition(self, set_id: int, new: str, *, at: dt.datetime | None = None, **fields: Any) -> SnapshotSet:
+    def transition(self, set_id: int, new: str, *, at: dt.datetime | None = None, late: bool = False,
+                   **fields: Any) -> SnapshotSet:
         """Move a set along the state machine, stamping the phase time.
 
         Row-locked (FOR UPDATE on servers; SQLite's BEGIN IMMEDIATE already
         serializes writers) so two finalizers cannot both win. A move into a
         failure state counts in the same transaction (failures.py): the
-        counter and the set cannot disagree.
+        counter and the set cannot disagree. `late`: a late part's delivery,
+        the one caller that may take states.LATE_JOIN's edges.
         """
         st = self.get_set(set_id, lock=True)
-        if not S.allowed(st.state, new):
+        if not S.allowed(st.state, new, late=late):
             raise InvalidTransition(set_id=set_id, old=st.state, new=new)
+        if "consistency" in fields or new in S.NOT_A_POINT:
+            # The one place the two labels are written (states.labels_for): a
+            # set that is no restore point never shows "app-consistent".
+            earned = fields.pop("consistency", None)
+            if earned is None:
+                earned = st.parts_consistency if st.state in S.NOT_A_POINT else st.consistency
+            fields["consistency"], fields["parts_consistency"] = S.labels_for(new, earned)
         st.state = new
         stamp = _PHASE_STAMP.get(new)
         if stamp and getattr(st, stamp) is None:
@@ -107,11 +116,14 @@ class SetQueries:
         self.s.flush()
         return st
 
-    def active_sets(self, *, job_run_id: int | None = None, volume_paths: Sequence[str] = ()) -> list[SnapshotSet]:
+    def active_sets(self, *, job_run_id: int | None = None, volume_paths: Sequence[str] = (),
+                    job_id: int | None = None) -> list[SnapshotSet]:
         """Sets still in flight, for serializing concurrent requests and for repair."""
         q = select(SnapshotSet).where(SnapshotSet.state.in_(S.ACTIVE))
         if job_run_id is not None:
             q = q.where(SnapshotSet.job_run_id == job_run_id)
+        if job_id is not None:
+            q = q.where(SnapshotSet.job_id == job_id)
         if volume_paths:
             q = q.join(Volume, Volume.job_run_id == SnapshotSet.job_run_id).where(Volume.path.in_(volume_paths))
         return list(self.s.scalars(q.order_by(SnapshotSet.id)).unique())

@@ -18,6 +18,10 @@ imports it inside training processes and containers.
     ack/<node>.<rank>.json      Ack (ack)                 rank -> coordinator, Epilog, rank 0, inventory
       its "manifest"            ManifestEntry (ack)
     ack/early-<epoch>.decision  EarlyDecision (early)     rank 0 -> head node's Epilog -> the set's events
+    ack/timelimit-<epoch>.request TimeLimitRecord (timelimit)  rank 0 or EpilogSlurmctld -> Epilogs (a
+                                                          time-limit set: --snapshot-before-timelimit)
+    cut/<epoch>/<node>.json     CutRecord (cut)           Epilog -> the requeued run's head Prolog (when the
+      its "parts"               CutPart (cut)               service is away); also a node spool's parts
     prolog/<restart>/<node>     plain text, no record     Prolog -> the job's output (jobdir.write_prolog_done)
 
 The epoch rule (`preempt-<restart count>` at preemption) and the file-name
@@ -45,18 +49,21 @@ slurm_snap.record (tests/unit/test_client_env.py imports the client with the hea
 """
 from slurm_snap.jobrecords.ack import (ACK_VERSION, ACK_VERSIONS, MAX_ACK_BYTES, MAX_AGREEMENT, MAX_RANK, MAX_STEP,
                                        Ack, ManifestEntry)
-from slurm_snap.jobrecords.early import (EARLY_DECISIONS, EARLY_FAILED, EARLY_KEPT, EARLY_RELEASED, EARLY_REQUEUED,
-                                         EARLY_REQUEUEING, EARLY_WAITED, EarlyDecision)
-from slurm_snap.jobrecords.fields import PREEMPT_PREFIX, check_name, is_preempt_epoch, preempt_epoch
+from slurm_snap.jobrecords.cut import HOOK_TRIGGERS, CutPart, CutRecord
+from slurm_snap.jobrecords.early import (EARLY_ASKED, EARLY_DECISIONS, EARLY_FAILED, EARLY_KEPT, EARLY_RELEASED,
+                                         EARLY_REQUEUED, EARLY_REQUEUEING, EARLY_WAITED, EarlyDecision)
+from slurm_snap.jobrecords.fields import PREEMPT_PREFIX, check_name, is_preempt_epoch, preempt_epoch, preempt_restart
 from slurm_snap.jobrecords.job import JobRecord, VolumeRecord
 from slurm_snap.jobrecords.release import ReleaseRecord
 from slurm_snap.jobrecords.request import RequestRecord
 from slurm_snap.jobrecords.resume import ResumeRank, ResumeRecord
+from slurm_snap.jobrecords.timelimit import BY_EPILOG, BY_NODE, BY_RANK, SIGNAL_SLACK, TimeLimitRecord
 
 __all__ = [
     "ACK_VERSION", "ACK_VERSIONS", "MAX_ACK_BYTES", "MAX_AGREEMENT", "MAX_RANK", "MAX_STEP", "Ack", "ManifestEntry",
-    "EARLY_DECISIONS", "EARLY_FAILED", "EARLY_KEPT", "EARLY_RELEASED", "EARLY_REQUEUED", "EARLY_REQUEUEING",
-    "EARLY_WAITED", "EarlyDecision", "PREEMPT_PREFIX", "check_name", "is_preempt_epoch", "preempt_epoch",
+    "HOOK_TRIGGERS", "CutPart", "CutRecord", "EARLY_ASKED", "EARLY_DECISIONS", "EARLY_FAILED", "EARLY_KEPT",
+    "EARLY_RELEASED", "EARLY_REQUEUED", "EARLY_REQUEUEING", "EARLY_WAITED", "EarlyDecision", "PREEMPT_PREFIX", "check_name",
+    "is_preempt_epoch", "preempt_epoch", "preempt_restart",
     "JobRecord", "VolumeRecord", "ReleaseRecord", "RequestRecord", "ResumeRank",
-    "ResumeRecord",
+    "ResumeRecord", "BY_EPILOG", "BY_NODE", "BY_RANK", "SIGNAL_SLACK", "TimeLimitRecord",
 ]

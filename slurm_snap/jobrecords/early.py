@@ -13,7 +13,10 @@ EARLY_KEPT = "kept"              # Slurm shows no preemption, or the job may not
 EARLY_REQUEUEING = "requeueing"  # the intent, written before scontrol requeue (which ends the job at once)
 EARLY_REQUEUED = "requeued"
 EARLY_FAILED = "failed"
-EARLY_DECISIONS = (EARLY_WAITED, EARLY_KEPT, EARLY_REQUEUEING, EARLY_REQUEUED, EARLY_FAILED)
+# Rank 0 has no scontrol (a container): the node's slurm-snap hook, outside
+# the container, decides and requeues (client/early.watch_for_asked).
+EARLY_ASKED = "asked"
+EARLY_DECISIONS = (EARLY_WAITED, EARLY_KEPT, EARLY_REQUEUEING, EARLY_REQUEUED, EARLY_FAILED, EARLY_ASKED)
 # The decisions that mean "rank 0 requeued the job". "requeueing" is the intent
 # it writes before calling scontrol requeue, which ends the job at once: left
 # alone, rank 0 died inside the call (or scontrol, inside the job, died of the

@@ -24,6 +24,12 @@ def is_preempt_epoch(epoch: str) -> bool:
     return epoch.startswith(PREEMPT_PREFIX)
 
 
+def preempt_restart(epoch: str) -> int | None:
+    """The restart count preempt_epoch() wrote into `epoch`; None for any other epoch."""
+    rest = epoch[len(PREEMPT_PREFIX):] if epoch.startswith(PREEMPT_PREFIX) else ""
+    return int(rest) if rest.isdigit() else None
+
+
 # Epochs and node names become file names (release/<epoch>, ack/<node>.<rank>.json):
 # a conservative character set keeps them from escaping their directory.
 # (Sets, not a regular expression: hooks import this, and `re` costs ~6 ms.)

@@ -3,15 +3,19 @@ ranks' manifests.
 
 One task per Volume row: node-local volumes go through the transport for
 their node (backend_for_volume), shared volumes are rows without a node and
-so are cut once. Snapshot names are a function of (job, set, volume), so a
-rerun finds the same snapshot (backends' create() is idempotent) and repair
-can find snapshots that were cut but never recorded.
+so are cut once. Snapshot names are a function of (job, set, volume) for the
+coordinator's sets, and of (job, restart count, node, path) for a
+preemption's parts (part_name), which a node computes alone when the
+inventory is away; either way a rerun finds the same snapshot (backends'
+create() is idempotent) and repair can find snapshots that were cut but
+never recorded.
 """
 from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
 import datetime as dt
+import hashlib
 import os
 import posixpath
 from dataclasses import dataclass
@@ -37,6 +41,30 @@ def snapshot_name(job_id: int, set_id: int, volume_id: int) -> str:
 
 def name_prefix(job_id: int, set_id: int) -> str:
     return f"slurm-snap-{int(job_id)}-{int(set_id)}-"
+
+
+def part_name(job_id: int, restart_count: int, node: str, path: str) -> str:
+    """A preemption set's part, named without the inventory: the node cutting
+    it knows the job, the run it preempts (job.json's restart count, whose
+    epoch is preempt-<restart>) and the volume (node and path), not the set's
+    or the volume's row ids. Digits, letters and '-' only, like the set form,
+    so every backend accepts it; repair computes the same name from the set's
+    epoch and the volume rows (repair_names)."""
+    key = hashlib.sha256(f"{node}\0{path}".encode()).hexdigest()[:12]
+    return f"slurm-snap-{int(job_id)}-r{int(restart_count)}-{key}"
+
+
+NameFor = Callable[[VolumeRecord], str]
+
+
+def set_names(job_id: int, set_id: int) -> NameFor:
+    """The coordinator's names: (job, set, volume id)."""
+    return lambda v: snapshot_name(job_id, set_id, v.id)
+
+
+def preempt_names(job_id: int, restart_count: int) -> NameFor:
+    """A preemption's names: (job, preempted run, node, path)."""
+    return lambda v: part_name(job_id, restart_count, v.node, v.path)
 
 
 @dataclass(frozen=True)
@@ -206,9 +234,9 @@ def coalesced_name(key: str, at: dt.datetime, window: float = COALESCE_WINDOW) -
 
 
 def cut_one(v: VolumeRecord, *, job_id: int, set_id: int, backend_for: Callable[[VolumeRecord], Backend],
-            entries: Sequence[Entry], clock: Callable[[], dt.datetime]) -> CutResult:
+            entries: Sequence[Entry], clock: Callable[[], dt.datetime], name_for: NameFor | None = None) -> CutResult:
     """Cut and verify one volume; a failure is returned, never raised."""
-    r = CutResult(volume=v, name=snapshot_name(job_id, set_id, v.id))
+    r = CutResult(volume=v, name=(name_for or set_names(job_id, set_id))(v))
     if v.refused:
         r.error = f"not cut: the Prolog refused this path ({v.refused})"[:500]
         return r
@@ -268,9 +296,10 @@ class CutPool:
     def cut(self, volumes: Sequence[VolumeRecord], *, job_id: int, set_id: int,
             entries: Mapping[int, Sequence[Entry]] | None = None, clock: Callable[[], dt.datetime] = utcnow,
             budget: float | None = None, on_part: Callable[[CutResult], None] | None = None,
-            meanwhile: Callable[[], None] | None = None) -> list[CutResult]:
+            meanwhile: Callable[[], None] | None = None, name_for: NameFor | None = None) -> list[CutResult]:
         """Cut every volume (each once), in parallel; never raises for one volume's failure."""
         entries = entries or {}
+        name_for = name_for or set_names(job_id, set_id)
         queue = collections.deque(volumes)
         done: dict[int, CutResult] = {}
 
@@ -282,7 +311,7 @@ class CutPool:
                 except IndexError:
                     return
                 r = cut_one(v, job_id=job_id, set_id=set_id, backend_for=self.backend_for,
-                            entries=entries.get(v.id, ()), clock=clock)
+                            entries=entries.get(v.id, ()), clock=clock, name_for=name_for)
                 done[v.id] = r
                 if on_part is not None:
                     on_part(r)
@@ -295,8 +324,7 @@ class CutPool:
         for f in futures:
             if f.done() and f.exception() is not None:
                 raise f.exception()
-        return [done.get(v.id) or CutResult(volume=v, name=snapshot_name(job_id, set_id, v.id),
-                                            error=f"did not finish within {budget:g} s")
+        return [done.get(v.id) or CutResult(volume=v, name=name_for(v), error=f"did not finish within {budget:g} s")
                 for v in volumes]
 
     def close(self) -> None:
@@ -313,10 +341,10 @@ def cut_all(volumes: Sequence[VolumeRecord], *, job_id: int, set_id: int,
             backend_for: Callable[[VolumeRecord], Backend], entries: Mapping[int, Sequence[Entry]] | None = None,
             clock: Callable[[], dt.datetime] = utcnow, budget: float | None = None,
             on_part: Callable[[CutResult], None] | None = None,
-            max_workers: int = MAX_WORKERS) -> list[CutResult]:
+            max_workers: int = MAX_WORKERS, name_for: NameFor | None = None) -> list[CutResult]:
     """Build a pool and cut (the preemption Epilog's few volumes)."""
     if not volumes:
         return []
     with CutPool(volumes, backend_for, max_workers) as pool:
         return pool.cut(volumes, job_id=job_id, set_id=set_id, entries=entries, clock=clock,
-                        budget=budget, on_part=on_part)
+                        budget=budget, on_part=on_part, name_for=name_for)

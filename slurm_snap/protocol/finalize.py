@@ -25,14 +25,17 @@ def verdict_for(repo, st, *, allow_crash: bool, extra_reasons: Sequence[str] = (
                  allow_crash=allow_crash, outside=outside, extra_reasons=extra_reasons)
 
 
-def apply(repo, st, v: Verdict, *, at: dt.datetime | None = None) -> None:
+def apply(repo, st, v: Verdict, *, at: dt.datetime | None = None, late: bool = False) -> None:
     """Move the set to the verdict's state through the states the machine
-    requires (COMPLETE only through CUT), with every field it decided."""
+    requires (COMPLETE only through CUT), with every field it decided.
+    `late`: a late part judged the finalized set again (states.LATE_JOIN)."""
     for step in (S.CUTTING, S.CUT):
-        if S.allowed(st.state, v.state):
+        if S.allowed(st.state, v.state, late=late):
             break
         if S.allowed(st.state, step):
             repo.transition(st.id, step, at=at)
-    fields = dict(consistency=v.consistency, reason=v.reason[:8000], failed_nodes=list(v.failed_nodes),
+    # The earned label: the repository's transition derives the set's own
+    # from it and the state (states.labels_for).
+    fields = dict(consistency=v.parts_consistency, reason=v.reason[:8000], failed_nodes=list(v.failed_nodes),
                   skew_seconds=v.skew_seconds, checkpoint_step=v.checkpoint_step, manifest_ok=v.manifest_ok)
-    repo.transition(st.id, v.state, at=at, **fields)
+    repo.transition(st.id, v.state, at=at, late=late, **fields)

@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import time
 
+from .. import progress
 from .. import states as S
 from ..backends.base import SnapshotRef
 from ..errors import SnapError
@@ -158,6 +159,7 @@ def execute(cfg, moves: list[Move], *, budget: float, for_restart: int | None, p
         except Exception as exc:  # noqa: BLE001 -- a failed copy is a missing part, never a failed Prolog
             log.exception("moving %s to %s", m.part.ref, m.to_node)
             return CopyRecord(**base, state=S.COPY_FAILED, error=f"{exc.__class__.__name__}: {exc}"[:2000])
+        progress.advance(0, nbytes=got.bytes or 0)   # the line shows bytes moved; callers count the items
         return CopyRecord(**base, method=got.method, bytes=got.bytes, seconds=round(got.seconds, 6))
 
     if not moves:

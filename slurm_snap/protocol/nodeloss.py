@@ -40,10 +40,10 @@ def check(cfg, inventory, *, node_states: dict[str, tuple[str, str]] | None = No
     cost. Returns (one action per set that changed or would, errors)."""
     errors: list[str] = []
     if node_states is None:
-        from ..slurm import commands
+        from ..slurm.api import interface
 
         try:
-            node_states = commands.node_states(timeout=cfg.timeouts.slurm_command)
+            node_states = interface().node_states(timeout=cfg.timeouts.slurm_command)
         except SnapError as exc:
             errors.append(f"cannot read node states from Slurm: {exc}")
             node_states = {}

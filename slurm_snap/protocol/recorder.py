@@ -5,8 +5,17 @@ failure), in this process (LocalRecorder: the controller, or any host whose
 config names the database) or through the controller's slurm-snap service
 (RemoteRecorder: a node without the database or its credentials).
 
+A node's parts arrive as one spool entry (spool.records.SpoolEntry), the
+same whether its Epilog delivers it at once or its node agent delivers it
+later from the spool: `deliver` is idempotent (a part or an acknowledgement
+already recorded is kept as it is) and joins a late part to a set the
+sweeper already finalized (states.LATE_JOIN: the verdict judges the set again
+with the part in it).
+
 Both take and give typed records (slurm_snap.jobrecords, inventory.records
-and the few below); the service's operation table, OPS, runs the
+and the few below); the preemption set's opening and times are
+protocol/preemptset.py's, a spool entry's delivery protocol/delivery.py's.
+The service's operation table, OPS, runs the
 LocalRecorder's methods for the nodes, and service.records converts their
 arguments and results to JSON at the socket by the methods' type hints.
 protocol/preempt.py drives the preemption through whichever recorder
@@ -15,17 +24,16 @@ recorder_for() gives; this module never imports it.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 
 from .. import states as S
-from ..clock import aware, utcnow
-from ..errors import NotFound
+from ..clock import utcnow
+from ..errors import BadValueError
 from ..inventory.records import Refusal, SnapshotRecord
-from ..jobrecords import Ack, EarlyDecision, VolumeRecord, preempt_epoch
+from ..jobrecords import Ack, EarlyDecision, VolumeRecord, preempt_restart
+from ..spool.records import SpoolEntry
+from .delivery import Delivered, cut_part, deliver
+from .preemptset import as_time, observed_times, open_set
 from .resume import ResumePoint, resume_point
-
-# Not host:pid: no single process owns a preemption set.
-PREEMPT_OWNER = "slurm:preempt"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,92 +68,6 @@ class JobFacts:
                    options=job.options())
 
 
-def as_time(t) -> dt.datetime | None:
-    """Unix seconds (0: unknown) or a datetime, as an aware time."""
-    if t is None or t == 0:
-        return None
-    if isinstance(t, dt.datetime):
-        return aware(t)
-    return dt.datetime.fromtimestamp(float(t), dt.timezone.utc)
-
-
-def _wanted(run) -> str:
-    c = (run.options or {}).get("consistency", S.WANT_APP)
-    return c if c in S.WANTED else S.WANT_APP
-
-
-def _deadline(cfg, now: dt.datetime) -> dt.datetime:
-    # Every node's Epilog should have run well within this.
-    return now + dt.timedelta(seconds=cfg.timeouts.hook_budget + cfg.timeouts.barrier)
-
-
-def _preempted_run(repo, job_id: int, restart_count: int, preempt_time: dt.datetime | None):
-    """The run that was preempted. Its hooks see SLURM_JOB_RESTART_COUNT
-    already incremented, and a late Epilog may even run after the requeued
-    run's Prolog recorded the next run: a run whose preemption set is still
-    open wins, then a run that existed before the preemption."""
-    run = repo.open_preempt_run(job_id, restart_count)
-    if run is not None:
-        return run
-    run = repo.preempted_run(job_id, restart_count)
-    if run is None:
-        raise NotFound(what="job", value=f"{job_id}.{restart_count}")
-    if preempt_time is not None and run.created_at > preempt_time and run.restart_count > 0:
-        earlier = repo.preempted_run(job_id, run.restart_count - 1)
-        if earlier is not None:
-            return earlier
-    return run
-
-
-def open_set(repo, cfg, job_id: int, restart_count: int, *, preempt_time: dt.datetime | None, now: dt.datetime):
-    """(run, set, created): the preemption set of the preempted run, opened
-    if no hook has yet."""
-    run = _preempted_run(repo, job_id, restart_count, preempt_time)
-    # Unknown preemption time: the run's start is the honest lower bound for
-    # "acknowledged after the request".
-    requested = preempt_time or run.created_at
-    st, created = repo.create_set(run, epoch=preempt_epoch(run.restart_count), trigger="preempt",
-                                  wanted=_wanted(run), deadline=_deadline(cfg, now), owner=PREEMPT_OWNER,
-                                  requested_at=requested)
-    if not created and preempt_time is not None and st.state in S.ACTIVE \
-            and repo.ack_span(st.id)[0] is None:
-        # Slurm's PreemptTime is a guess at the request; once a rank said when
-        # its signal came (LocalRecorder.cutting), the observation stands.
-        fields = {}
-        if st.requested_at > preempt_time:
-            fields["requested_at"] = preempt_time
-        if st.signalled_at is None:
-            fields["signalled_at"] = preempt_time
-        if fields:
-            repo.update_set(st.id, **fields)
-    return run, st, created
-
-
-def early_text(early: EarlyDecision, requested_at: dt.datetime | None) -> str:
-    """One line for the set's events: what rank 0 decided about giving the
-    nodes back, and how long after the first rank's signal."""
-    def after(at: float | None) -> str:
-        if at is None or requested_at is None:
-            return ""
-        return f" {at - requested_at.timestamp():.1f} s after the first signal"
-    why = early.why[:300]
-    if early.released:
-        return (f"released early: every rank acknowledged{after(early.all_acknowledged_at)}, rank 0 requeued the job"
-                f"{after(early.at)} ({why})")
-    return f"not released early ({early.decision}): {why}"
-
-
-def release_of(early: EarlyDecision | None, preempt_time: dt.datetime | None) -> tuple[dt.datetime, str] | None:
-    """When and how the preempted job gave its nodes back: rank 0's requeue
-    (jobrecords.EARLY_RELEASED), else Slurm's PreemptTime, which the Epilogs
-    see as the kill at the end of GraceTime."""
-    if early is not None and early.released:
-        return as_time(early.at), "early"
-    if preempt_time is not None:
-        return preempt_time, "grace"
-    return None
-
-
 class LocalRecorder:
     """The inventory side of a node's hooks, in this process. The service
     runs the same methods for nodes that reach the inventory through it
@@ -155,10 +77,10 @@ class LocalRecorder:
         self.cfg, self.inv, self.clock = cfg, inventory, clock
 
     def open(self, *, job_id: int, restart_count: int, node: str, nodes: list[str],
-             preempt_time: float | None) -> OpenedSet:
+             preempt_time: float | None, trigger: str = "preempt") -> OpenedSet:
         with self.inv.session() as repo:
             run, st, _ = open_set(repo, self.cfg, job_id, restart_count, preempt_time=as_time(preempt_time),
-                                  now=self.clock())
+                                  now=self.clock(), trigger=trigger)
             return OpenedSet(set_id=st.id, epoch=st.epoch, state=st.state, nodes=tuple(run.nodes or nodes or [node]),
                              volumes=tuple(VolumeRecord.of(v) for v in repo.volumes(run)), uid=run.uid)
 
@@ -168,19 +90,7 @@ class LocalRecorder:
         with self.inv.session() as repo:
             st = repo.get_set(set_id, lock=True)
             repo.record_acks(set_id, acks)
-            observed, last = repo.ack_span(set_id)
-            fields = {}
-            if observed is not None:
-                # The request time of a preemption is when the first rank got
-                # the signal, as the ranks observed it, not PreemptTime less
-                # GraceTime less a slack (Slurm shows the kill's time there).
-                fields.update(requested_at=observed, signalled_at=observed)
-            if last is not None:
-                # Its barrier time is the last acknowledgement as written (each
-                # node's Epilog adds its own); with the request time it is the
-                # checkpoint time GraceTime must hold.
-                fields.update(barrier_at=last)
-            changed = {k: v for k, v in fields.items() if getattr(st, k) != v}
+            changed = observed_times(repo, st)
             if changed and st.state in S.ACTIVE:
                 repo.update_set(set_id, **changed)
             if st.state in (S.PENDING, S.QUIESCING):
@@ -189,40 +99,43 @@ class LocalRecorder:
                 return st.state
         return ""
 
+    def deliver(self, *, entry: SpoolEntry) -> Delivered:
+        """Record one node's spool entry (protocol.delivery.deliver)."""
+        from sqlalchemy.exc import IntegrityError
+
+        for attempt in (1, 2):
+            try:
+                return deliver(self.cfg, self.inv, entry, clock=self.clock)
+            except IntegrityError:
+                # Another node's delivery recorded the same missing run (or
+                # opened the same set) between our look and our insert: the
+                # second attempt finds it.
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
     def record(self, *, set_id: int, job_id: int, node: str, parts: list[SnapshotRecord], preempt_known: bool,
                early: EarlyDecision | None = None, preempt_time: float | None = None) -> str:
-        """Record this node's parts; the Epilog that records the last expected
-        part finalizes, under the set's row lock. `early` is rank 0's
-        early-release decision, from the head node; `preempt_time` Slurm's
-        PreemptTime as this Epilog saw it."""
-        from . import finalize
-
+        """A node still on the version before the spool (docs/upgrade.md:
+        nodes may lag the controller by a version) records its parts of an
+        open set this way: the same delivery as a spool entry's, its parts
+        named by the volume rows the set's run holds."""
         with self.inv.session() as repo:
-            st = repo.get_set(set_id, lock=True)  # the finalizer's row lock
-            repo.record_parts(set_id, parts)
-            if early is not None:
-                repo.event("preempt", early_text(early, st.requested_at), job_id=job_id, set_id=set_id, node=node)
-            released = release_of(early, as_time(preempt_time))
-            # Rank 0's requeue, when it happened, is the release; Slurm's kill
-            # at the end of GraceTime only when nothing earlier was recorded
-            # (the head node, which reads rank 0's decision, may record last).
-            if released is not None and (st.release != "early" or released[1] == "early") \
-                    and (st.released_at, st.release) != released:
-                repo.update_set(set_id, released_at=released[0], release=released[1])
-            if st.state != S.CUTTING:
-                return f"set {set_id} became {st.state} while {node} cut; parts recorded"
-            have = repo.count_parts(set_id)
-            if have < st.expected_parts:
-                ok = sum(p.ok for p in parts)
-                return f"set {set_id}: {node} cut {ok}/{len(parts)} volumes; {have}/{st.expected_parts} parts in"
-            extra = [] if preempt_known or st.signalled_at else \
-                ["preemption time unknown: acknowledgements checked against the run's start"]
-            v = finalize.verdict_for(repo, st, allow_crash=self.cfg.protocol.allow_crash_consistent,
-                                     extra_reasons=extra)
-            finalize.apply(repo, st, v, at=self.clock())
-            repo.event("preempt", f"set {set_id} finalized by {node}: {v.state} {v.consistency}"
-                       + (f" ({v.reason})" if v.reason else ""), job_id=job_id, set_id=set_id, node=node)
-            return f"set {set_id} {v.state} {v.consistency}"
+            st = repo.get_set(set_id)
+            run = st.job_run
+            by_id = {v.id: v for v in repo.volumes(run)}
+            cut = []
+            for p in parts:
+                v = by_id.get(p.volume_id)
+                if v is None:
+                    raise BadValueError(what="part field 'volume_id'", value=p.volume_id,
+                                        why=f"not a volume of set {set_id}'s job run")
+                cut.append(cut_part(v, p))
+            restart = preempt_restart(st.epoch)
+            entry = SpoolEntry(job_id=job_id, restart_count=run.restart_count if restart is None else restart, node=node,
+                               nodes=tuple(run.nodes or [node]), uid=run.uid, written_at=self.clock(),
+                               parts=tuple(cut), set_id=set_id, killed_at=preempt_time, early=early)
+        return self.deliver(entry=entry).summary
 
     def resume_point(self, *, job_id: int, nodes: list[str] | None = None, restart_count: int | None = None,
                      budget: float | None = None) -> ResumePoint | None:
@@ -259,17 +172,21 @@ class LocalRecorder:
 
 
 class RemoteRecorder:
-    """The same operations through the controller's slurm-snap service."""
+    """The same operations through the controller's slurm-snap service.
+    `reply_timeout` bounds each answer once connected (a hook sets what its
+    budget allows; None: [service] timeout)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, reply_timeout: float | None = None):
         self.cfg = cfg
+        self.reply_timeout = reply_timeout
 
     def _call(self, op: str, **args):
         from ..service.client import call
         from ..service.records import decode_result, encode
 
         method = getattr(LocalRecorder, OPS_METHODS[op])
-        return decode_result(method, call(self.cfg, op, **{k: encode(v) for k, v in args.items()}),
+        return decode_result(method, call(self.cfg, op, reply_timeout=self.reply_timeout,
+                                          **{k: encode(v) for k, v in args.items()}),
                              f"the service's {op} result")
 
     def open(self, **kw) -> OpenedSet:
@@ -278,8 +195,8 @@ class RemoteRecorder:
     def cutting(self, **kw) -> str:
         return self._call("preempt-cutting", **kw)
 
-    def record(self, **kw) -> str:
-        return self._call("preempt-record", **kw)
+    def deliver(self, **kw) -> Delivered:
+        return self._call("preempt-deliver", **kw)
 
     def resume_point(self, **kw) -> ResumePoint | None:
         return self._call("resume-point", **kw)
@@ -299,7 +216,9 @@ def recorder_for(cfg, inventory):
 
 
 # What the service runs for nodes (root only): the LocalRecorder's methods.
-OPS_METHODS = {"preempt-open": "open", "preempt-cutting": "cutting", "preempt-record": "record",
+# "preempt-record": nodes on the version before the spool (LocalRecorder.record).
+OPS_METHODS = {"preempt-open": "open", "preempt-cutting": "cutting", "preempt-deliver": "deliver",
+               "preempt-record": "record",
                "resume-point": "resume_point", "hook-failed": "hook_failed", "volume-refused": "refused"}
 
 

@@ -16,6 +16,9 @@ class RepairAction:
     why: str
     reason: str = ""
     orphans: list[str] = field(default_factory=list)
+    # A preemption set's parts found on their nodes but not recorded: cut
+    # while the inventory was away, delivered later from the node's spool.
+    undelivered: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     dry_run: bool = False
     # False when another process (the set's owner, another repair) ended the

@@ -18,6 +18,9 @@ The rules (docs/design.md, PRIOR-ART requirements 2, 3, 7, 8):
                   the configuration allows; otherwise FAILED), or crash was asked;
   PARTIAL         some declared volume has no snapshot: the reason names them;
   FAILED          nothing was cut, or app was required and not achieved.
+A PARTIAL or FAILED set is no point to restore from: its label is "none",
+and what the parts that were cut earned is `parts_consistency`
+(states.labels_for), so report never shows PARTIAL beside app-consistent.
 """
 from __future__ import annotations
 
@@ -63,7 +66,7 @@ class NodeBarrier:
 @dataclass(frozen=True)
 class Verdict:
     state: str
-    consistency: str
+    consistency: str          # the set's label (states.labels_for: "none" unless a point)
     reason: str
     failed_nodes: tuple[str, ...] = ()
     skew_seconds: float | None = None
@@ -71,10 +74,15 @@ class Verdict:
     manifest_ok: bool | None = None
     barrier_ok: bool = False
     missing: tuple[str, ...] = ()
+    parts_consistency: str = S.NONE   # what the parts that were cut earned
 
     @property
     def complete(self) -> bool:
         return self.state == S.COMPLETE
+
+    @property
+    def resumable(self) -> bool:
+        return S.resumable(self.state, self.consistency)
 
 
 def expected_parts(volumes: Iterable, nodes: Sequence[str]) -> list[VolumeRecord]:
@@ -234,8 +242,10 @@ def decide(*, wanted: str, nodes: Sequence[str], parts: Sequence[VolumeRecord],
     else:
         problems, barrier_ok = [], False
 
-    def verdict(state: str, consistency: str, why: list[str]) -> Verdict:
-        return Verdict(state=state, consistency=consistency, reason="; ".join(w for w in why if w),
+    def verdict(state: str, earned: str, why: list[str]) -> Verdict:
+        consistency, parts = S.labels_for(state, earned)
+        return Verdict(state=state, consistency=consistency, parts_consistency=parts,
+                       reason="; ".join(w for w in why if w),
                        failed_nodes=tuple(sorted(failed_nodes)), skew_seconds=sk, checkpoint_step=step,
                        manifest_ok=manifest_ok, barrier_ok=barrier_ok,
                        missing=tuple(p.label for p in missing))

@@ -134,10 +134,16 @@ _COLUMNS = (
     Column("User", 9, RIGHT, _str("user_name"), "job owner"),
     Column("Partition", 10, RIGHT, _str("partition"), "partition of the run"),
     Column("Restart", 7, RIGHT, _str("restart_count"), "requeue count of the run"),
+    Column("SLUID", 14, RIGHT, _str("sluid"), "Slurm's SLUID of the run (25.11+; a requeued run has its own); empty before"),
     Column("Epoch", 16, RIGHT, _str("epoch"), "snapshot epoch (preempt-N or the request's epoch)"),
-    Column("Trigger", 8, RIGHT, _str("trigger"), "preempt, manual, periodic or epilog"),
+    Column("Trigger", 9, RIGHT, _str("trigger"), "preempt, timelimit, manual, periodic or epilog"),
     Column("Wanted", 6, RIGHT, _str("wanted"), "consistency asked for: app or crash"),
-    Column("Consistency", 16, RIGHT, _str("consistency"), "label earned: app-consistent, crash-consistent, none"),
+    Column("Consistency", 16, RIGHT, _str("consistency"), "the set's label as a point to restore from: "
+           "app-consistent, crash-consistent, or none (always none for PARTIAL, FAILED, ROLLED_BACK)"),
+    Column("Resumable", 9, RIGHT, lambda r, s, e: "yes" if r.resumable else "no",
+           "yes when a requeued run resumes from this set (restorable and app-consistent)"),
+    Column("PartsConsistency", 16, RIGHT, _str("parts_consistency"), "what the parts that were cut earned: a "
+           "PARTIAL set's may be app-consistent, salvageable by hand, but it is no point to restore from"),
     Column("State", 14, RIGHT, _str("state"), "set state (COMPLETE, VERIFIED, PARTIAL, FAILED, ...); UNPROTECTED: "
            "a run without a set whose declared volumes the Prolog refused"),
     Column("Reason", 24, LEFT, _str("reason"), "why the set is not fully good"),
@@ -189,11 +195,12 @@ _COLUMNS = (
 )
 COLUMNS = {c.name.lower(): c for c in _COLUMNS}
 
-DEFAULT_FORMAT = "JobID,User,State,Consistency,Cut,Age,Verified,RPO"
+DEFAULT_FORMAT = "JobID,User,State,Consistency,Resumable,Cut,Age,Verified,RPO"
 DEFAULT_SNAPSHOT_FORMAT = "JobID,SetID,State,Node,Volume,Backend,Cut,Site,Region"
 # -l/--long: what an admin reads when a set is not what it should be (sacct's
 # -l is its resource-usage columns, which sets do not have).
-LONG_FORMAT = ("JobID,SetID,User,Partition,Trigger,State,Consistency,Reason,Volumes,NodeList,FailedNodes,"
+LONG_FORMAT = ("JobID,SetID,User,Partition,Trigger,State,Consistency,Resumable,PartsConsistency,Reason,Volumes,"
+               "NodeList,FailedNodes,"
                "Requested,Cut,Verified,Duration,Quiesce,CutTime,Skew,Step,Manifest,Age,RPO")
 LONG_SNAPSHOT_FORMAT = "JobID,SetID,State,Node,Volume,Class,Backend,SnapName,SnapState,Cut,Manifest,Site,Region"
 

@@ -35,7 +35,7 @@ def _run_fields(r: SetRow) -> dict[str, Any]:
     """The job run a row is about, the same in a set's document and an unprotected run's."""
     m = r.m
     return {"job": r.job_label, "job_id": m["job_id"], "restart_count": m["restart_count"], "user": m["user_name"],
-            "partition": m["partition"], "nodes": list(m["nodes"] or [])}
+            "partition": m["partition"], "nodes": list(m["nodes"] or []), "sluid": m.get("sluid")}
 
 
 def set_doc(r: SetRow, now: dt.datetime) -> dict[str, Any]:
@@ -47,6 +47,8 @@ def set_doc(r: SetRow, now: dt.datetime) -> dict[str, Any]:
         "trigger": m["trigger"],
         "wanted": m["wanted"],
         "consistency": m["consistency"],
+        "parts_consistency": m.get("parts_consistency") or m["consistency"],
+        "resumable": r.resumable,
         "state": m["state"],
         "reason": m["reason"],
         "times": {name: iso_utc(m[col]) for name, col in PHASE_TIMES},

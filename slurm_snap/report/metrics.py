@@ -4,11 +4,23 @@ Series:
   slurm_snap_info{version}                             gauge, always 1: which slurm-snap wrote the values
   slurm_snap_collected_timestamp_seconds               gauge: Unix time the values were read (a textfile's
                                                        age is time() minus this)
-  slurm_snap_sets{state,consistency}                   gauge: sets now in each state/label
+  slurm_snap_sets{state,consistency}                   gauge: sets now in each state/label (the set's own label:
+                                                       none for PARTIAL, FAILED, ROLLED_BACK, whatever the
+                                                       parts that were cut are)
+  slurm_snap_resumable_sets                            gauge: sets a requeued run would resume from
+                                                       (restorable state, app-consistent)
   slurm_snap_failures_total{state,reason}              counter: moves into FAILED, PARTIAL, ROLLED_BACK or
                                                        FAILED_RESTORE, by reason class (inventory/failures.py)
   slurm_snap_hook_failures_total                       counter: hooks that failed (hook-failed events)
-  slurm_snap_newest_verified_age_seconds{job_id,user}  gauge: the job's RPO; +Inf when it has no verified set
+  slurm_snap_jobs{periodic,drillable,verified}         gauge: jobs with a set requested within the job window,
+                                                       by whether they take periodic snapshots, recorded a
+                                                       resume command and have a VERIFIED set (yes/no)
+  slurm_snap_newest_verified_age_seconds{job_id}       gauge: a periodic job's RPO; +Inf when it has no verified
+                                                       set (bounded: below)
+  slurm_snap_rpo_objective_seconds{job_id}             gauge: the same job's RPO objective (its interval)
+  slurm_snap_job_series_omitted                        gauge: drillable periodic jobs left without series
+  slurm_snap_drills_overdue                            gauge, with restore.verify_within: jobs owed a drill
+                                                       past it (inventory.schedule.overdue_drills)
   slurm_snap_phase_duration_seconds{phase}             summary (_sum/_count): signal, quiesce, cut, finalize,
                                                        total, release (a preemption's signal -> nodes given back;
                                                        its quiesce is signal -> last acknowledgement)
@@ -19,9 +31,23 @@ the state change increments, and the event log), never from a count of
 current rows: prune deleting a failed set must not look like a reset.
 
 Cardinality: reasons are free text written by the coordinator, so only their
-class (inventory.failures.reason_class: the head, numbers as N) becomes a label;
-job series cover jobs with a set requested within the job window only, since
-finished jobs would otherwise grow the scrape forever.
+class (inventory.failures.reason_class: the head, numbers as N) becomes a label.
+Per-job series are bounded three ways, since every job id is a new series
+(Prometheus' naming guide warns against unbounded labels, and against user
+ids: no user label, `report -j JOB` names the owner):
+  - only periodic jobs that recorded a resume command: their RPO has an
+    objective and the runner's drills can verify their sets, so a miss is the
+    one per-job fact an admin acts on (SlurmSnapRPOObjectiveMissed); any
+    other job (no periodic snapshots, or nothing a drill can run) is counted
+    in slurm_snap_jobs, not named;
+  - only jobs with a set requested within the job window (--job-window,
+    default 1 day): a periodic job takes a set every interval while it runs,
+    so one that ended leaves the series (and its alert) a window after its
+    last set;
+  - at most MAX_JOBS (--max-jobs) of them, those furthest past their
+    objective first (no verified set at all first of all); the rest are
+    counted in slurm_snap_job_series_omitted, and `report --rpo-missed` lists
+    every one.
 """
 from __future__ import annotations
 
@@ -30,10 +56,12 @@ import math
 import os
 
 from .. import __version__
+from .. import states as S
 from ..errors import BadValueError
 from ..fsio import atomic_write
 
 PHASES = ("signal", "quiesce", "cut", "finalize", "total", "release")
+MAX_JOBS = 50
 
 
 def escape_label(value: str) -> str:
@@ -71,7 +99,7 @@ class Exposition:
         return "\n".join(self.lines) + "\n"
 
 
-def collect(repo, *, now: dt.datetime, jobs_since: dt.datetime, cfg=None) -> str:
+def collect(repo, *, now: dt.datetime, jobs_since: dt.datetime, cfg=None, max_jobs: int = MAX_JOBS) -> str:
     out = Exposition()
     out.family("slurm_snap_info", "gauge", "The slurm-snap that wrote these values (always 1).")
     out.sample("slurm_snap_info", 1, {"version": __version__})
@@ -79,9 +107,13 @@ def collect(repo, *, now: dt.datetime, jobs_since: dt.datetime, cfg=None) -> str
                "Unix time at which slurm-snap metrics read the inventory.")
     out.sample("slurm_snap_collected_timestamp_seconds", now.timestamp())
 
-    out.family("slurm_snap_sets", "gauge", "Snapshot sets by state and consistency label.")
-    for state, consistency, n in sorted(repo.count_sets_by()):
+    out.family("slurm_snap_sets", "gauge", "Snapshot sets by state and the set's consistency label.")
+    by = sorted(repo.count_sets_by())
+    for state, consistency, n in by:
         out.sample("slurm_snap_sets", n, {"state": state, "consistency": consistency})
+    out.family("slurm_snap_resumable_sets", "gauge", "Sets a requeued run would resume from.")
+    out.sample("slurm_snap_resumable_sets", sum(n for state, consistency, n in by if S.resumable(state, consistency)),
+               {})
 
     out.family("slurm_snap_failures_total", "counter",
                "Times a set became FAILED, PARTIAL, ROLLED_BACK or FAILED_RESTORE, by state and reason class.")
@@ -91,27 +123,50 @@ def collect(repo, *, now: dt.datetime, jobs_since: dt.datetime, cfg=None) -> str
                "Slurm hooks (Prolog, Epilog, PrologSlurmctld, EpilogSlurmctld) that failed.")
     out.sample("slurm_snap_hook_failures_total", repo.hook_failure_count())
 
-    out.family("slurm_snap_newest_verified_age_seconds", "gauge",
-               "Seconds since the cut of the job's newest VERIFIED set (its RPO); +Inf if it has none.")
     rpo_rows = repo.report_job_rpo(jobs_since)
-    for job_id, user, newest in rpo_rows:
-        age = math.inf if newest is None else max(0.0, (now - newest).total_seconds())
-        out.sample("slurm_snap_newest_verified_age_seconds", age, {"job_id": str(job_id), "user": user})
-
-    out.family("slurm_snap_rpo_objective_seconds", "gauge",
-               "The job's RPO objective: seconds between its periodic snapshots (--snapshot-every or the "
-               "partition's default); jobs without periodic snapshots have none.")
     objectives = repo.report_job_objectives([j for j, _u, _n in rpo_rows])
-    for job_id, user, _newest in rpo_rows:
-        if job_id in objectives:
-            out.sample("slurm_snap_rpo_objective_seconds", objectives[job_id], {"job_id": str(job_id), "user": user})
+    ages = {job_id: math.inf if newest is None else max(0.0, (now - newest).total_seconds())
+            for job_id, _user, newest in rpo_rows}
+    drillable = repo.report_jobs_with_resume_cmd(list(ages))
+    out.family("slurm_snap_jobs", "gauge",
+               "Jobs with a set requested within the job window, by whether they take periodic snapshots, "
+               "recorded a resume command (scheduled drills can verify them) and have a VERIFIED set.")
+    counts: dict[tuple[str, str, str], int] = {}
+    for job_id, age in ages.items():
+        key = ("yes" if job_id in objectives else "no", "yes" if job_id in drillable else "no",
+               "no" if math.isinf(age) else "yes")
+        counts[key] = counts.get(key, 0) + 1
+    for periodic in ("yes", "no"):
+        for resume in ("yes", "no"):
+            for verified in ("yes", "no"):
+                out.sample("slurm_snap_jobs", counts.get((periodic, resume, verified), 0),
+                           {"periodic": periodic, "drillable": resume, "verified": verified})
+
+    # Named: periodic jobs the runner's drills can verify, furthest past their
+    # objective first (none verified: infinitely far).
+    worst = sorted((j for j in objectives if j in drillable), key=lambda j: (-(ages[j] / objectives[j]), j))
+    shown, omitted = sorted(worst[:max_jobs]), len(worst) - min(len(worst), max_jobs)
+    out.family("slurm_snap_newest_verified_age_seconds", "gauge",
+               "Seconds since the cut of a periodic job's newest VERIFIED set (its RPO); +Inf if it has none.")
+    for job_id in shown:
+        out.sample("slurm_snap_newest_verified_age_seconds", ages[job_id], {"job_id": str(job_id)})
+    out.family("slurm_snap_rpo_objective_seconds", "gauge",
+               "A periodic job's RPO objective: seconds between its periodic snapshots (--snapshot-every or the "
+               "partition's default).")
+    for job_id in shown:
+        out.sample("slurm_snap_rpo_objective_seconds", objectives[job_id], {"job_id": str(job_id)})
+    out.family("slurm_snap_job_series_omitted", "gauge",
+               "Drillable periodic jobs of the job window given no per-job series (over --max-jobs): "
+               "`slurm-snap report --rpo-missed` lists them.")
+    out.sample("slurm_snap_job_series_omitted", omitted)
 
     within = cfg.restore.verify_within if cfg is not None else ""
     if within:
         from ..config import duration_seconds
 
         out.family("slurm_snap_drills_overdue", "gauge",
-                   "COMPLETE sets cut longer than restore.verify_within ago that no restore drill gave a verdict.")
+                   "Jobs with a resume command whose newest COMPLETE set no restore drill gave a verdict was cut "
+                   "longer than restore.verify_within ago.")
         seconds_ = duration_seconds(within, key="restore.verify_within", path=cfg.path)
         out.sample("slurm_snap_drills_overdue", repo.overdue_drills(before=now - dt.timedelta(seconds=seconds_)))
 

@@ -36,6 +36,11 @@ class SetRow:
         rc = self.m["restart_count"]
         return f"{self.m['job_id']}.{rc}" if rc else str(self.m["job_id"])
 
+    @property
+    def resumable(self) -> bool:
+        """A requeued run resumes from this set (states.resumable)."""
+        return S.resumable(self.m["state"], self.m["consistency"])
+
     def age(self, now: dt.datetime) -> float | None:
         return seconds(self.m["cut_done_at"], now)
 
@@ -105,7 +110,8 @@ def unprotected_row(run: Mapping[str, Any], refused: list) -> SetRow:
                                "skew_seconds", "checkpoint_step", "manifest_ok")}
     m.update(job_id=run["job_id"], restart_count=run["restart_count"], user_name=run["user_name"],
              partition=run["partition"], nodes=run["nodes"], snapshot_every=run.get("snapshot_every"),
-             consistency="none", state=UNPROTECTED,
+             sluid=run.get("sluid"),
+             consistency="none", parts_consistency="none", state=UNPROTECTED,
              reason=reason, expected_parts=run["declared"], parts=0, failed_nodes=[],
              recorded_at=run["created_at"])
     return SetRow(m=m, refused=list(refused))

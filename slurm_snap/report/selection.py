@@ -17,10 +17,10 @@ import datetime as dt
 from dataclasses import dataclass
 
 from .. import access
-from ..errors import BadValueError, PermissionDenied
+from ..errors import BadValueError, NotFound, PermissionDenied
 from ..inventory.repository import SetFilter
 from .. import states as S
-from ..slurm.jobenv import MAX_ID
+from ..slurm.jobenv import MAX_ID, is_sluid
 from ..slurm.slurmtime import parse_time
 
 
@@ -35,9 +35,19 @@ class Selection:
     partitions: str | None = None
 
 
+def split_sluids(text: str) -> tuple[str, list[str]]:
+    """The job list without its SLUIDs (Slurm 25.11+: "s" + 13 base32
+    characters, one run as JOBID.RESTART is), and the SLUIDs."""
+    items = _items(text, "job list")
+    sluids = [i for i in items if is_sluid(i)]
+    return ",".join(i for i in items if not is_sluid(i)), sluids
+
+
 def parse_jobs(text: str) -> tuple[list[int], list[tuple[int, int]]]:
     """'1001,1002.3' -> ([1001], [(1002, 3)]): a bare id means every run of the job."""
     ids, runs = [], []
+    if not text:
+        return ids, runs
     for item in _items(text, "job list"):
         head, dot, tail = item.partition(".")
         refuse_array_or_het(item, head)
@@ -110,7 +120,15 @@ def _items(text: str, what: str) -> list[str]:
 def build_filter(sel: Selection, *, cfg, caller: access.Caller, repo, now: dt.datetime,
                  tz: dt.tzinfo | None = None) -> SetFilter:
     # An option given empty (-j "") is an error naming it, not "no filter".
-    job_ids, job_runs = parse_jobs(sel.jobs) if sel.jobs is not None else ([], [])
+    job_ids, job_runs = [], []
+    if sel.jobs is not None:
+        plain, sluids = split_sluids(sel.jobs)
+        job_ids, job_runs = parse_jobs(plain)
+        known = repo.runs_for_sluids(sluids)
+        for s in sluids:
+            if s not in known:
+                raise NotFound(what="job run with SLUID", value=s)
+            job_runs.append(known[s])
     users = parse_users(sel.users) if sel.users is not None else []
     states = parse_states(sel.states) if sel.states is not None else []
     partitions = parse_partitions(sel.partitions) if sel.partitions is not None else []

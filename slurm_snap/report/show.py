@@ -18,7 +18,8 @@ _PHASE_LABELS = {"requested": "requested", "signalled": "signalled", "barrier": 
 
 # How a preemption's nodes were given back (snapshot_set.release).
 RELEASE_WORDS = {"early": "early: rank 0 requeued the job once every rank had acknowledged",
-                 "grace": "at the end of GraceTime: Slurm killed the job"}
+                 "grace": "at the end of GraceTime: Slurm killed the job",
+                 "limit": "at the time limit: Slurm ended the job"}
 
 
 def precise(t: dt.datetime | None, tz: dt.tzinfo | None) -> str:
@@ -57,6 +58,24 @@ def _secs(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f} s"
 
 
+def _table(head: Sequence[tuple[str, int, str]], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Header and rows whose columns line up whatever the values' lengths:
+    each column is as wide as its usual width or its longest value (a long
+    path widens its column rather than pushing the rest of its line right).
+    `head` is (title, usual width, alignment '<' or '>'); a title that starts
+    with a blank gets two spaces before it; the last column is not padded."""
+    widths = [max([width, len(title.strip())] + [len(r[i]) for r in rows]) for i, (title, width, _a) in enumerate(head)]
+
+    def line(values: Sequence[str]) -> str:
+        cells = []
+        for i, ((title, _w, align), value) in enumerate(zip(head, values)):
+            cell = value if i == len(head) - 1 else f"{value:{align}{widths[i]}}"
+            cells.append((" " if title.startswith(" ") else "") + cell)
+        return "  " + " ".join(cells)
+
+    return [line([t.strip() for t, _w, _a in head])] + [line(r) for r in rows]
+
+
 def _refusal_lines(refused: Sequence, declared: int) -> list[str]:
     if not refused:
         return []
@@ -87,15 +106,15 @@ def _copy_lines(copies: Sequence, st, tz) -> list[str]:
     if not copies:
         return out + ["  (none)"]
     by_id = {s.id: s for s in st.snapshots}
-    out.append(f"  {'PART':<24} {'FROM':<8} {'TO':<8} {'WHY':<8} {'STATE':<7} {'METHOD':<17} {'MIB':>8} {'TOOK':>9}  RANKS")
+    rows = []
     for c in copies:
         part = by_id.get(c.snapshot_id)
         label = f"{part.volume.volume_class}@{part.node}" if part is not None and part.volume is not None else str(c.snapshot_id)
         mib = "-" if c.bytes is None else f"{c.bytes / (1 << 20):.1f}"
-        out.append(f"  {label:<24} {c.source_node:<8} {c.node:<8} {c.purpose:<8} {c.state:<7} {c.method or '-':<17} "
-                   f"{mib:>8} {_secs(c.seconds):>9}  {ranks(list(c.ranks or [])) if c.ranks else '-'}"
-                   + (f"  error: {c.error}" if c.error else ""))
-    return out
+        rows.append([label, c.source_node, c.node, c.purpose, c.state, c.method or "-", mib, _secs(c.seconds),
+                     (ranks(list(c.ranks or [])) if c.ranks else "-") + (f"  error: {c.error}" if c.error else "")])
+    return out + _table([("PART", 24, "<"), ("FROM", 8, "<"), ("TO", 8, "<"), ("WHY", 8, "<"), ("STATE", 7, "<"),
+                         ("METHOD", 17, "<"), ("MIB", 8, ">"), ("TOOK", 9, ">"), (" RANKS", 0, "<")], rows)
 
 
 def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequence = (),
@@ -105,7 +124,10 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequen
     out = [f"Set {st.id} of job {run.label} (user {st.user_name}, partition {run.partition or '-'}, "
            f"nodes {','.join(run.nodes) or '-'})",
            f"  trigger {st.trigger}, epoch {st.epoch}, wanted {st.wanted}",
-           f"  state {st.state}, consistency {st.consistency}"]
+           f"  state {st.state}, consistency {st.consistency}, resumable "
+           + ("yes" if S.resumable(st.state, st.consistency) else "no")
+           + (f" (the parts that were cut are {st.parts_consistency})"
+              if st.parts_consistency != st.consistency and st.state in S.NOT_A_POINT else "")]
     if st.reason:
         out.append(f"  reason: {st.reason}")
     out += _refusal_lines(refused, len(run.volumes))
@@ -128,36 +150,38 @@ def render(st, events: Sequence, *, tz: dt.tzinfo | None = None, refused: Sequen
         out.append(f"  {_PHASE_LABELS[name]:<12} {precise(t, tz):<23}"
                    + ("" if since is None else f"  +{since:.3f} s")
                    + (f"  ({RELEASE_WORDS.get(st.release, st.release)})" if name == "released" and st.release else ""))
-    if st.trigger == "preempt" and st.barrier_at is not None:
-        # What a site tunes GraceTime with (doctor suggests one from these).
+    if st.trigger in S.HOOK_TRIGGERS and st.barrier_at is not None:
+        # What a site tunes GraceTime (or a job its time-limit margin) with
+        # (doctor suggests a GraceTime from these).
         ack = seconds(st.requested_at, st.barrier_at)
         rel = seconds(st.requested_at, st.released_at)
-        out.append(f"  preemption: last acknowledgement {ack:.1f} s after the first signal"
+        what = "preemption" if st.trigger == "preempt" else "time limit"
+        out.append(f"  {what}: last acknowledgement {ack:.1f} s after the first signal"
                    + ("" if rel is None else f", nodes given back after {rel:.1f} s ({st.release or '?'})"))
 
     out += ["", "Barrier acknowledgements:"]
     if acks:
-        out.append(f"  {'NODE':<12} {'RANKS':<10} {'STEP':>10}  {'WRITTEN':<23}  {'RECEIVED':<23}")
+        rows = []
         for node in sorted({a.node for a in acks}):
             mine = [a for a in acks if a.node == node]
             steps = sorted({a.step for a in mine})
             step_s = str(steps[0]) if len(steps) == 1 else f"{steps[0]}..{steps[-1]}"
-            out.append(f"  {node:<12} {ranks([a.rank for a in mine]):<10} {step_s:>10}  "
-                       f"{precise(max(a.written_at for a in mine), tz):<23}  "
-                       f"{precise(max(a.received_at for a in mine), tz):<23}")
+            rows.append([node, ranks([a.rank for a in mine]), step_s, precise(max(a.written_at for a in mine), tz),
+                         precise(max(a.received_at for a in mine), tz)])
+        out += _table([("NODE", 12, "<"), ("RANKS", 10, "<"), ("STEP", 10, ">"), (" WRITTEN", 23, "<"),
+                       (" RECEIVED", 23, "<")], rows)
     else:
         out.append("  (none)")
 
     out += ["", "Volumes:"]
     if snaps:
-        out.append(f"  {'NODE':<10} {'VOLUME':<28} {'BACKEND':<12} {'CUT AT':<23} {'TOOK':>9}  "
-                   f"{'STATE':<8} {'MANIFEST':<11} NAME")
-        for s in snaps:
-            vol = s.volume.path if s.volume is not None else "?"
-            out.append(f"  {s.node or '(shared)':<10} {vol:<28} {s.backend:<12} {precise(s.cut_at, tz):<23} "
-                       f"{_secs(seconds(s.cut_started_at, s.cut_at)):>9}  {s.state:<8} {_ok(s.manifest_ok):<11} "
-                       f"{s.name}" + (f"  [{s.site}/{s.region}]" if s.site or s.region else "")
-                       + (f"  error: {s.error}" if s.error else ""))
+        out += _table([("NODE", 10, "<"), ("VOLUME", 28, "<"), ("BACKEND", 12, "<"), ("CUT AT", 23, "<"),
+                       ("TOOK", 9, ">"), (" STATE", 8, "<"), ("MANIFEST", 11, "<"), ("NAME", 0, "<")],
+                      [[s.node or "(shared)", s.volume.path if s.volume is not None else "?", s.backend,
+                        precise(s.cut_at, tz), _secs(seconds(s.cut_started_at, s.cut_at)), s.state,
+                        _ok(s.manifest_ok),
+                        s.name + (f"  [{s.site}/{s.region}]" if s.site or s.region else "")
+                        + (f"  error: {s.error}" if s.error else "")] for s in snaps])
     else:
         out.append("  (none)")
 
@@ -196,10 +220,10 @@ def render_job(run, volumes: Sequence, refused: Sequence, events: Sequence, *,
     out += _refusal_lines(refused, len(volumes))
     out += ["", "Volumes:"]
     if volumes:
-        out.append(f"  {'NODE':<10} {'VOLUME':<28} {'CLASS':<10} {'BACKEND':<12} STATE")
-        for v in volumes:
-            state = f"REFUSED: {v.refusal}" if v.refused_at is not None else "declared"
-            out.append(f"  {v.node or '(shared)':<10} {v.path:<28} {v.volume_class:<10} {v.backend:<12} {state}")
+        out += _table([("NODE", 10, "<"), ("VOLUME", 28, "<"), ("CLASS", 10, "<"), ("BACKEND", 12, "<"),
+                       ("STATE", 0, "<")],
+                      [[v.node or "(shared)", v.path, v.volume_class, v.backend,
+                        f"REFUSED: {v.refusal}" if v.refused_at is not None else "declared"] for v in volumes])
     else:
         out.append("  (none)")
     out += _event_lines(events, tz)
@@ -231,7 +255,9 @@ def show_doc(st, events: Sequence, *, refused: Sequence = (), copies: Sequence =
         "set": {
             "set_id": st.id, "job": run.label, "job_id": st.job_id, "restart_count": run.restart_count,
             "user": st.user_name, "partition": run.partition, "nodes": list(run.nodes), "epoch": st.epoch,
-            "trigger": st.trigger, "wanted": st.wanted, "consistency": st.consistency, "state": st.state,
+            "trigger": st.trigger, "wanted": st.wanted, "consistency": st.consistency,
+            "parts_consistency": st.parts_consistency, "resumable": S.resumable(st.state, st.consistency),
+            "state": st.state,
             "reason": st.reason, "times": {name: iso_utc(getattr(st, col)) for name, col in PHASE_TIMES},
             "release": st.release or None,
             "skew_seconds": st.skew_seconds, "checkpoint_step": st.checkpoint_step,

@@ -33,7 +33,7 @@ import os
 import pwd
 from typing import Callable
 
-from .. import errors
+from .. import errors, progress
 from ..access import Caller, current_caller
 from ..clock import utcnow
 from ..protocol import nodelocal
@@ -160,6 +160,7 @@ class Drill:
                                      pid=os.getpid(), started_at=utcnow().isoformat(),
                                      nodes=tuple(placed.nodes) if placed is not None else ()))
         nodes_per_class: dict[str, set] = {}
+        progress.phase("clone", total=len(plan.snapshots))
         for snap in plan.snapshots:
             nodes_per_class.setdefault(snap.volume.volume_class, set()).add(snap.node)
         restore_map: dict[str, str] = {}
@@ -186,12 +187,14 @@ class Drill:
                 return
             key = snap.volume.path if snap.volume.path not in restore_map else f"{snap.node}:{snap.volume.path}"
             restore_map[key] = got
+            progress.advance()
             per_class.setdefault(vclass, got)
         out.restore_map = restore_map
         env = program_env(plan.owner, restore_map, per_class, marker, plan.set_id, plan.checkpoint_step)
         if placed is not None:
             # Which of the job's nodes each drill node stands in for.
             env["SLURM_SNAP_RESTORE_NODES"] = json.dumps(placed.node_map, sort_keys=True)
+        progress.phase("drill job" if submit else "resume command")
         if submit:
             def submitted(job_id: int) -> None:
                 out.slurm_job_id = job_id
@@ -264,8 +267,10 @@ class Drill:
             Copy(snapshot_id=m.part.snapshot_id, on=m.to_node, volume_class=m.part.volume_class,
                  backend=m.part.backend, volume=m.part.volume, name=m.part.name, ref=m.part.ref, path=m.part.path,
                  source=m.source_node) for m in placed.moves))
+        progress.phase("bring parts", total=len(placed.moves))
         records = nodelocal.execute(self.cfg, placed.moves, budget=plan.deadline, for_restart=None, purpose="drill",
                                     backend_on=self.backend_on)
+        progress.advance(len(records))
         classes = {m.part.snapshot_id: m.part.volume_class for m in placed.moves}
         with self.inv.session() as repo:
             repo.record_copies(plan.set_id, records)

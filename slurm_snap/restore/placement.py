@@ -48,9 +48,9 @@ USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
 
 def usable_nodes() -> list[str]:
     """The nodes Slurm has that a drill may be placed on, in sinfo's order."""
-    from ..slurm.commands import node_states
+    from ..slurm.api import interface
 
-    return [n for n, (state, _why) in node_states().items() if state.lower() in USABLE_STATES]
+    return [n for n, (state, _why) in interface().node_states().items() if state.lower() in USABLE_STATES]
 
 
 def place(snapshots, old_nodes: list[str], acks, copies, placement: Placement,

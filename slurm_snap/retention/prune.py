@@ -14,7 +14,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .. import errors
+from .. import errors, progress
 from .. import states as S
 from ..restore.parts import BackendFor, ref_from_row
 from .policy import KEEP, Decision, Policy, SetSummary, decide
@@ -56,14 +56,15 @@ class Pruner:
 
     def apply(self, decisions: Iterable[Decision]) -> PruneResult:
         result = PruneResult()
-        for d in decisions:
-            if not d.delete:
-                continue
+        doomed = [d for d in decisions if d.delete]
+        progress.phase("delete sets", total=len(doomed))
+        for d in doomed:
             try:
                 self.delete_set(d.set_id, why="; ".join(d.reasons))
                 result.deleted.append(d.set_id)
             except errors.SnapError as exc:
                 result.failed[d.set_id] = str(exc)
+            progress.advance()
         return result
 
     def delete_set(self, set_id: int, *, why: str = "") -> None:

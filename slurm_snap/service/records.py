@@ -40,6 +40,22 @@ def encode(value):
     return value
 
 
+# A node still on a version from before the typed per-job records sends an
+# acknowledgement as its fields with seen_at beside them, without the file's
+# version, job or epoch (docs/upgrade.md: nodes may lag the controller by a
+# version; tests/integration/test_upgrade_mixed_cluster.py). The operation
+# names the set the acknowledgements belong to, and the inventory keeps them
+# by set, so the job and epoch stand in as "legacy" and are stored nowhere.
+_LEGACY_ACK = frozenset({"node", "rank", "local_rank", "local_size", "step", "written_at", "manifest",
+                         "world_size", "independent", "agreement", "signalled_at", "seen_at"})
+
+
+def _from_legacy_ack(value: dict) -> dict:
+    ack = {k: v for k, v in value.items() if k != "seen_at"}
+    ack.update(version=2, job_id="legacy", epoch="legacy")
+    return {"ack": ack, "seen_at": value["seen_at"]}
+
+
 def _bad(where: str, value, why: str) -> BadValueError:
     return BadValueError(what=f"service field {where}", value=value, why=why)
 
@@ -53,6 +69,8 @@ def decode(hint, value, where: str):
         (inner,) = [a for a in args if a is not _NONE] or [_NONE]
         return decode(inner, value, where)
     if hint is Ack:
+        if isinstance(value, dict) and "seen_at" in value and "ack" not in value and set(value) <= _LEGACY_ACK:
+            value = _from_legacy_ack(value)
         if not isinstance(value, dict) or set(value) != {"ack", "seen_at"}:
             raise _bad(where, value, 'expected {"ack": ..., "seen_at": ...}')
         return Ack.parse(value["ack"], where).seen(decode(dt.datetime | None, value["seen_at"], f"{where}.seen_at"))

@@ -1,8 +1,13 @@
 """Frames on the socket and MUNGE credentials.
 
-A frame is a 4-byte big-endian length and that many bytes of JSON. Both
-sides cap what they accept, so a stray client cannot make the controller
-allocate what it says it will send.
+A frame is a 4-byte big-endian length and that many bytes of JSON object.
+Both sides cap what they accept, so a stray client cannot make the
+controller allocate what it says it will send, and a deadline bounds the
+whole frame, not each read, so a client sending a byte at a time (a
+slow-loris) holds a connection no longer than that. Every way a frame can
+be wrong is a FrameError (a ValueError): too long, late, not UTF-8 JSON,
+nested past what the parser can hold, not an object; a connection closed
+mid-frame is a ConnectionError.
 
 MUNGE through its own tools (munge(1), unmunge(1)): they are installed on
 every Slurm host and speak to munged for us; nothing runs through a shell.
@@ -15,6 +20,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import time
 
 from ..errors import PermissionDenied, ServiceUnavailable
 
@@ -30,10 +36,26 @@ def send(sock: socket.socket, obj) -> bytes:
     return data
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes:
+class FrameError(ValueError):
+    """A frame that is not one: its text says how (for the service's log)."""
+
+
+class FrameTimeout(FrameError):
+    """The frame did not arrive whole before its deadline."""
+
+
+def _read_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
     parts, got = [], 0
     while got < n:
-        chunk = sock.recv(min(n - got, 1 << 16))
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FrameTimeout(f"frame not complete in time ({got} of {n} bytes)")
+            sock.settimeout(left)
+        try:
+            chunk = sock.recv(min(n - got, 1 << 16))
+        except socket.timeout:
+            raise FrameTimeout(f"frame not complete in time ({got} of {n} bytes)") from None
         if not chunk:
             raise ConnectionError("connection closed mid-frame" if got or parts else "connection closed")
         parts.append(chunk)
@@ -41,16 +63,28 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
     return b"".join(parts)
 
 
-def recv(sock: socket.socket, *, limit: int = MAX_FRAME) -> tuple[dict, bytes]:
-    """One frame: (the decoded object, its bytes as sent)."""
-    (n,) = _LEN.unpack(_read_exact(sock, _LEN.size))
-    if n > limit:
-        raise ValueError(f"frame of {n} bytes exceeds the limit of {limit}")
-    raw = _read_exact(sock, n)
-    obj = json.loads(raw)
+def parse_frame(raw: bytes) -> dict:
+    """A frame's bytes as the JSON object they must be."""
+    try:
+        obj = json.loads(raw)
+    except RecursionError:   # "[[[[..." deeper than the parser's stack
+        raise FrameError("frame nested too deeply") from None
+    except ValueError as exc:   # not UTF-8, not JSON
+        raise FrameError(f"frame is not JSON ({exc.__class__.__name__})") from None
     if not isinstance(obj, dict):
-        raise ValueError("frame is not a JSON object")
-    return obj, raw
+        raise FrameError("frame is not a JSON object")
+    return obj
+
+
+def recv(sock: socket.socket, *, limit: int = MAX_FRAME, timeout: float | None = None) -> tuple[dict, bytes]:
+    """One frame: (the decoded object, its bytes as sent). `timeout`: seconds
+    for the whole frame (None: the socket's own timeout, per read)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    (n,) = _LEN.unpack(_read_exact(sock, _LEN.size, deadline))
+    if n > limit:
+        raise FrameError(f"frame of {n} bytes exceeds the limit of {limit}")
+    raw = _read_exact(sock, n, deadline)
+    return parse_frame(raw), raw
 
 
 # ---- MUNGE --------------------------------------------------------------------

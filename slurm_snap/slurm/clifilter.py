@@ -19,6 +19,11 @@ DEFAULT_SIGNAL_TIME = 60
 
 _SIGNAL = re.compile(r'^local SNAP_SIGNAL = "([A-Z0-9+]*)"[ \t]*$', re.M)
 _TIME = re.compile(r"^local SNAP_SIGNAL_TIME = (\d+)[ \t]*$", re.M)
+# 25.11+: --requeue=expedite for opted-in batch jobs, so the requeued run may
+# start the moment the preempted one ends instead of cred_expire later.
+# Written only on request: Slurm refuses such a job unless slurm.conf has
+# SlurmctldParameters=enable_expedited_requeue, and 24.11 cannot parse it.
+_EXPEDITE = re.compile(r"^local SNAP_EXPEDITE = (true|false)[ \t]*$", re.M)
 
 
 def wanted(cfg) -> tuple[str, int]:
@@ -32,11 +37,22 @@ def settings(text: str) -> tuple[str | None, int | None]:
     return (sig.group(1) if sig else None), (int(secs.group(1)) if secs else None)
 
 
-def render(template: str, cfg) -> str:
+def expedites(text: str) -> bool:
+    m = _EXPEDITE.search(text)
+    return bool(m and m.group(1) == "true")
+
+
+def render(template: str, cfg, *, expedite: bool = False) -> str:
     """The template with both settings taken from `cfg`."""
     if None in settings(template):
         raise BadValueError(what="cli_filter.lua template", value=template[:60],
                             why="needs the lines `local SNAP_SIGNAL = \"...\"` and `local SNAP_SIGNAL_TIME = N`")
     sig, secs = wanted(cfg)
     text = _SIGNAL.sub(f'local SNAP_SIGNAL = "{sig}"', template, count=1)
-    return _TIME.sub(f"local SNAP_SIGNAL_TIME = {secs}", text, count=1)
+    text = _TIME.sub(f"local SNAP_SIGNAL_TIME = {secs}", text, count=1)
+    if _EXPEDITE.search(text) is None:
+        if expedite:
+            raise BadValueError(what="cli_filter.lua template", value=template[:60],
+                                why="has no `local SNAP_EXPEDITE = false` line for --expedite")
+        return text
+    return _EXPEDITE.sub(f"local SNAP_EXPEDITE = {'true' if expedite else 'false'}", text, count=1)

@@ -81,6 +81,10 @@ class JobInfo:
     nodes: str
     partition: str
     batch_host: str
+    # Why the job is in its state: "TimeLimit" once it reached its time limit
+    # (until it is requeued); its end, epoch seconds (0: not known).
+    state_reason: str = ""
+    end_time: int = 0
 
 
 def squeue_job(job_id: int, timeout: float = 10.0) -> JobInfo:
@@ -115,6 +119,7 @@ def job_from_json(text: str, job_id: int) -> JobInfo | None:
                 restart_count=version.json_number(job.get("restart_cnt", 0)),
                 preempt_time=version.json_number(job.get("preempt_time", 0)), nodes=str(job.get("nodes", "")),
                 partition=str(job.get("partition", "")), batch_host=str(job.get("batch_host", "")),
+                state_reason=str(job.get("state_reason", "")), end_time=version.json_number(job.get("end_time", 0)),
             )
     return None
 
@@ -144,6 +149,12 @@ def signal_job(job_id: int, signal_name: str, timeout: float = 10.0) -> None:
     """One call delivers the signal to every task on every node (not per node)."""
     sig = signal_name.removeprefix("SIG")
     run([tool("scancel"), f"--signal={sig}", str(int(job_id))], timeout=timeout)
+
+
+def requeue_job(job_id: int, timeout: float = 10.0) -> None:
+    """`scontrol requeue JOB`: pending again with the same id (also a job that
+    ended TIMEOUT, until slurmctld forgets it after MinJobAge)."""
+    run([tool("scontrol"), "requeue", str(int(job_id))], timeout=timeout)
 
 
 def show_config(timeout: float = 10.0) -> dict[str, str]:

@@ -30,6 +30,13 @@ NAMES = tuple(SLURM_KEY)
 # entry point's own, never run by hand.
 LISTED = (PROLOG, EPILOG, PROLOG_SLURMCTLD, EPILOG_SLURMCTLD)
 
+# What the SPANK plugin execs under `slurm-snap hook`, besides the hooks: the
+# submit-time check (local context) and the requeue watch for ranks without
+# scontrol (remote context, spank/remote.c).
+VALIDATE_OPTIONS = "validate-options"
+WATCH_REQUEUE = "watch-requeue"
+PLUGIN_COMMANDS = (VALIDATE_OPTIONS, WATCH_REQUEUE)
+
 # slurm.conf parameter -> its entry point, as a path in the source tree (the
 # install step copies it to the site's libexec directory under its basename)
 ENTRY_POINTS = {

@@ -11,6 +11,19 @@ from ..errors import BadValueError
 from ..states import WANT_APP
 from . import hostlist
 
+# A run's SLUID (Slurm 25.11+, SLURM_JOB_SLUID in Prolog/Epilog and the
+# slurmctld hooks): "s" and 13 characters of Crockford's base32, unique on the
+# cluster where job ids are reused after MaxJobId. A requeued run gets a new
+# one (measured on 25.11.7: s2DHM8XNAZKH00, then s2DHM8XNBZDA00), so it names
+# one run, as JOBID.RESTART does, not the job. Checked without `re`, which
+# the hooks' start path does not import (issue 36).
+SLUID_DIGITS = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+
+
+def is_sluid(text: str) -> bool:
+    return len(text) == 14 and text[0] == "s" and all(c in SLUID_DIGITS for c in text[1:])
+
+
 SPANK = "SPANK_SLURM_SNAP"
 # Slurm job ids, uids, gids and restart counts are uint32_t: a larger number is
 # not Slurm's and would overflow the inventory's integer columns.
@@ -35,6 +48,10 @@ class JobEnv:
     exit_code: int | None = None
     # --snapshot-every in seconds; None: the job did not ask.
     every: int | None = None
+    # "" before 25.11 (or when Slurm's value is not a SLUID).
+    sluid: str = ""
+    # --snapshot-before-timelimit's margin in seconds; None: the job did not ask.
+    timelimit: int | None = None
     extra: dict = factory(dict)
 
     @property
@@ -43,7 +60,8 @@ class JobEnv:
 
     def options(self) -> dict:
         return {"on_preempt": self.on_preempt, "volumes": list(self.volumes),
-                "consistency": self.consistency, "resume_cmd": self.resume_cmd, "every": self.every}
+                "consistency": self.consistency, "resume_cmd": self.resume_cmd, "every": self.every,
+                "before_timelimit": self.timelimit}
 
 
 def _int(env, key: str, default: int | None = None) -> int:
@@ -82,14 +100,16 @@ def from_environ(env=None) -> JobEnv:
         consistency=env.get(f"{SPANK}_CONSISTENCY") or WANT_APP,
         resume_cmd=env.get(f"{SPANK}_RESUME_CMD", ""),
         exit_code=int(env["SLURM_JOB_EXIT_CODE"]) if env.get("SLURM_JOB_EXIT_CODE", "").isdigit() else None,
-        every=_every(env.get(f"{SPANK}_EVERY", "")),
+        every=_seconds(env.get(f"{SPANK}_EVERY", ""), "--snapshot-every"),
+        timelimit=_seconds(env.get(f"{SPANK}_TIMELIMIT", ""), "--snapshot-before-timelimit"),
+        sluid=env.get("SLURM_JOB_SLUID", "") if is_sluid(env.get("SLURM_JOB_SLUID", "")) else "",
     )
 
 
-def _every(raw: str) -> int | None:
+def _seconds(raw: str, option: str) -> int | None:
     if not raw:
         return None
     from .duration import parse_duration
 
-    return int(parse_duration(raw, what="--snapshot-every").total_seconds())
+    return int(parse_duration(raw, what=option).total_seconds())
 

@@ -1,11 +1,13 @@
 """Everything slurm-snap does differently by Slurm version, decided here only.
 
-Sites run 22.05 to 25.x and the settings and output this project depends on
+Sites run 22.05 to 26.05 and the settings and output this project depends on
 moved between them. Other modules ask a `SlurmVersion` what applies instead of
 comparing version numbers themselves; scripts/lib-slurm-version.sh makes the
-same slurm.conf decision on the shell side (tests/unit/test_slurm_version.py
-holds the two together). Measured on 22.05.8 (Debian 12) and 24.11.5 (Debian
-13's source) on the dev cluster; docs/design.md lists the differences.
+same slurm.conf decision on the shell side and runs the same list of versions
+(tests/unit/test_slurm_version.py holds the two together). Measured on 22.05.8
+(Debian 12), 24.11.5 (Debian 13's packages), 25.11.7 (a site's install) and 26.05
+(26.05.3 by hand, 26.05.5 Debian unstable's packages) on the dev cluster; docs/design.md lists the
+differences.
 """
 from __future__ import annotations
 
@@ -53,6 +55,49 @@ class SlurmVersion:
             return ("PrologTimeout", "EpilogTimeout")
         return ("PrologEpilogTimeout",)
 
+    @property
+    def conf_lines(self) -> tuple[str, ...]:
+        """The version-dependent slurm.conf lines slurm-snap needs, as
+        scripts/lib-slurm-version.sh's slurm_conf_version_lines writes them."""
+        lines = ["=".join(self.preempt_signal_setting)]
+        if self.expedited_requeue:
+            lines.append("=".join(self.expedited_requeue))
+        if self.own_metrics:
+            lines.append("MetricsType=metrics/openmetrics")
+        return tuple(lines)
+
+    @property
+    def expedited_requeue(self) -> tuple[str, str] | None:
+        """(key, value) that lets jobs ask for `--requeue=expedite` (25.11):
+        such a job is eligible again the moment it is requeued (a preemption
+        or rank 0's `scontrol requeue`) instead of cred_expire (default 120 s)
+        later. slurmctld reads it from SlurmctldParameters in 25.11 and 26.05
+        (26.05's slurm.conf man page lists it under SchedulerParameters: the
+        code and a run here say otherwise). None before 25.11: there a
+        requeued job waits cred_expire, which doctor reports."""
+        if self >= SlurmVersion(25, 11):
+            return ("SlurmctldParameters", "enable_expedited_requeue")
+        return None
+
+    @property
+    def job_sluid(self) -> bool:
+        """25.11 gives every run of a job a SLUID (cluster-unique, unlike job
+        ids after MaxJobId; a requeued run gets a new one) in the hooks'
+        SLURM_JOB_SLUID (measured; 25.11's squeue --json has no sluid key)."""
+        return self >= SlurmVersion(25, 11)
+
+    @property
+    def own_metrics(self) -> bool:
+        """25.11's slurmctld serves OpenMetrics itself (MetricsType=
+        metrics/openmetrics, on SlurmctldPort): jobs, nodes, partitions and
+        the scheduler, which slurm-snap's exporter then does not repeat."""
+        return self >= SlurmVersion(25, 11)
+
+    @property
+    def series(self) -> str:
+        """"25.11": what a pyslurm release must start with to match."""
+        return f"{self.major}.{self.minor:02d}"
+
     # PrologFlags=RunInJob (24.05+) runs the Prolog inside the job's extern
     # step. slurm-snap does not set it and it was not measured here, so
     # nothing decides on it yet.
@@ -60,6 +105,10 @@ class SlurmVersion:
 
 # What doctor assumes when slurmctld does not say (SLURM_VERSION missing).
 OLDEST = SlurmVersion(22, 5, 0)
+
+# The versions the dev cluster, demo and CI run (SLURM_SNAP_SLURM): the shell's
+# SLURM_SNAP_SLURM_VERSIONS names the same, in the same order.
+TESTED = ("22.05", "24.11", "25.11", "26.05")
 
 
 # The JSON helpers go by shape, not by version: squeue --json's first answer

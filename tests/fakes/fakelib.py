@@ -6,7 +6,9 @@ state in $SLURM_SNAP_FAKE_STATE (a directory) so tests are isolated. Where the
 real tool exposes snapshot contents as directories (zfs .zfs/snapshot, GPFS
 .snapshots, CephFS .snap) the fake makes real copies, with write bits removed,
 so content tests mean something; fakes are NOT filesystems and enforce nothing
-for root.
+for root. They run with `python3 -S` (their shebang): standard library only,
+and no site import, which was 40% of each call's start-up here (the
+conformance suite calls them about a thousand times).
 """
 from __future__ import annotations
 

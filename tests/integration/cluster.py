@@ -142,3 +142,17 @@ def start_cluster(state: Path, *extra: str) -> Cluster:
         unavailable(f"{type(exc).__name__}: {exc}")
 
 
+def session_cluster(*extra: str):
+    """A fixture's body: a cluster up on a fresh state dir for the session
+    (`up` with `extra`), always `down` and removed afterwards."""
+    import sys
+
+    state = new_state_dir()
+    try:
+        yield start_cluster(state, "--inventory", default_inventory(), *extra)
+    finally:
+        proc = Cluster(state=state, env={}).down() if (state / "etc").exists() else None
+        if proc is not None and proc.returncode != 0:
+            sys.stderr.write(f"dev-cluster down {state} failed:\n{proc.stderr}\n")
+        remove_state_dir(state)
+

@@ -19,8 +19,15 @@ import pytest
 # Test modules import the helpers as `cluster`, whatever pytest's import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster import default_inventory, new_state_dir, remove_state_dir, start_cluster  # noqa: E402
-from testkit.cluster import Cluster  # noqa: E402
+from cluster import session_cluster  # noqa: E402
+
+
+def pytest_terminal_summary(terminalreporter):
+    """What the package builds of this run cost (none when they were cached):
+    the package step's share of CI time, cold on a fresh machine."""
+    packages = sys.modules.get("packages")
+    for what, seconds in sorted(getattr(packages, "TIMINGS", {}).items()):
+        terminalreporter.write_line(f"scripts/package {what}: {seconds:.0f} s")
 
 
 def pytest_collection_modifyitems(items):
@@ -33,24 +40,11 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slurm)
 
 
-def _session_cluster(*extra: str):
-    state = new_state_dir()
-    started = None
-    try:
-        started = start_cluster(state, "--inventory", default_inventory(), *extra)
-        yield started
-    finally:
-        proc = Cluster(state=state, env={}).down() if (state / "etc").exists() else None
-        if proc is not None and proc.returncode != 0:
-            sys.stderr.write(f"dev-cluster down {state} failed:\n{proc.stderr}\n")
-        remove_state_dir(state)
-
-
 @pytest.fixture(scope="session")
 def cluster():
-    yield from _session_cluster()
+    yield from session_cluster()
 
 
 @pytest.fixture(scope="session")
 def cluster4():
-    yield from _session_cluster("--nodes", "4")
+    yield from session_cluster("--nodes", "4")

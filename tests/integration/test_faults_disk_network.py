@@ -147,6 +147,48 @@ def test_full_disk_fails_writes_and_keeps_what_was_recorded(small_fs, tmp_path, 
     inv.dispose()
 
 
+# ---- the hooks' log disk full -----------------------------------------------------------------------
+ENTRY = Path(__file__).resolve().parents[2]
+
+
+def test_hooks_neither_block_nor_fail_on_a_full_log_disk(small_fs, tmp_path):
+    """hooks.log on a full filesystem (issue 34): through the real entry
+    point, a failing hook (PrologSlurmctld recording in the foreground, its
+    inventory not initialised) still ends at once with exit 0 under policy
+    open and says why on stderr (what slurmctld logs); the lines it could not
+    write are simply missing, and once space is free logging resumes."""
+    log_dir = small_fs / "log"
+    log_dir.mkdir()
+    (log_dir / "hooks.log").write_text("")
+    filler = fill(small_fs)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(to_toml({"inventory": {"url": f"sqlite:///{tmp_path}/missing/inventory.db"},
+                            "paths": {"log_dir": str(log_dir), "barrier_dir": f"{tmp_path}/b"}}))
+    helper = Path(sys.executable).with_name("slurm-snap")
+    (tmp_path / "defaults").write_text(f"HELPER={helper}\nCONFIG={cfg}\nRECORD=foreground\n")
+    entry = tmp_path / "slurm-snap-prolog-slurmctld"
+    text = (ENTRY / "prolog" / "slurm-snap-prolog-slurmctld").read_text()
+    entry.write_text(text.replace("DEFAULTS=/etc/default/slurm-snap", f"DEFAULTS={tmp_path}/defaults"))
+    entry.chmod(0o755)
+    env = {"SLURM_JOB_ID": "77", "SLURM_JOB_UID": "0", "SLURM_JOB_GID": "0", "SLURM_JOB_USER": "root",
+           "SLURM_JOB_NODELIST": "n1", "SPANK_SLURM_SNAP": "1"}
+    for _ in range(3):
+        t0 = time.monotonic()
+        r = subprocess.run([str(entry)], env=env, capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+        assert r.returncode == 0, r.stderr
+        assert "slurm-snap: prolog-slurmctld job 77: inventory" in r.stderr and "(policy open)" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+        assert took < 10, f"the hook took {took:.1f} s on a full log disk"
+    assert (log_dir / "hooks.log").stat().st_size == 0   # nothing could be written, nothing broke
+    filler.unlink()
+    r = subprocess.run([str(entry)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    lines = [json.loads(ln) for ln in (log_dir / "hooks.log").read_text().splitlines()]
+    assert lines and lines[0]["hook"] == "prolog-slurmctld" and lines[0]["status"] == "failed"
+    assert lines[0]["job_id"] == 77
+
+
 # ---- SSH peer refusing or stalling -----------------------------------------------------------------
 def free_port() -> int:
     s = socket.socket()

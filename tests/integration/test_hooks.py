@@ -182,8 +182,17 @@ def test_doctor_all_well_then_names_problems(cluster):
         ok = doctor()
     finally:
         grace(cluster.env.get("SLURM_SNAP_GRACE", "10"))
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "0 problem(s)" in ok.stdout
+    # The live setup against SECURITY.md: the service's port, the trusted
+    # files' owners and modes pass on the dev cluster. While its node-local
+    # classes still reach the nodes over SSH as root, doctor says so, and
+    # that is the only problem.
+    fails = [ln for ln in ok.stdout.splitlines() if ln.startswith("FAIL")]
+    cfg = _cfg(cluster)
+    ssh_root = cfg.ssh.user == "root" and any(vc.transport == "ssh" for vc in cfg.volume_classes)
+    assert fails == ([ln for ln in fails if "logs in as 'root'" in ln] if ssh_root else []), ok.stdout + ok.stderr
+    assert len(fails) == (1 if ssh_root else 0) and ok.returncode == (3 if ssh_root else 0), ok.stdout
+    assert f"ok    slurm-snap service port {cfg.service.listen.rsplit(':', 1)[1]} is none of Slurm's" in ok.stdout
+    assert f"ok    configuration {cluster.config}: owner root" in ok.stdout, ok.stdout
     # Every node's own scratch disk is checked, on that node; ctl's root disk is not.
     for node in cluster.nodes:
         assert f"{node}: volume class scratch on this host" in ok.stdout, ok.stdout

@@ -69,6 +69,28 @@ def test_user_on_login_works_on_their_job_and_is_refused_on_anothers(cluster):
         cluster.cancel(jid)
 
 
+def _login_shell(cluster, host: str, command: str):
+    """`command` in the test user's login shell on `host` (runuser -l: the
+    login environment, PATH from login.defs), as a user who logs in there."""
+    return cluster.run(["/usr/sbin/runuser", "-l", cluster.user, "-c", command], host=host, timeout=120)
+
+
+def test_a_user_who_logs_in_runs_the_user_guide_as_written(cluster):
+    """README's admin steps 1 and 2 hold on every host of the dev cluster:
+    `slurm-snap` on a login shell's PATH and the config at its default path,
+    so the user guide's plain `slurm-snap report` works on login."""
+    for host in cluster.hosts:
+        where = _login_shell(cluster, host, "command -v slurm-snap")
+        assert (where.returncode, where.stdout.strip()) == (0, "/usr/local/bin/slurm-snap"), (host, where.stderr)
+    login = _login_shell(cluster, "login", "slurm-snap report -n -S 2000-01-01 -o JobID,User")
+    assert login.returncode == 0 and "Traceback" not in login.stderr, (login.stdout, login.stderr)
+    assert all(line.split()[1] == cluster.user for line in login.stdout.splitlines() if line.strip()), login.stdout
+    # The user's SLURM_SNAP_REPORT_FORMAT reaches the service with the command (issue 35 item 3).
+    fmt = _login_shell(cluster, "login", "SLURM_SNAP_REPORT_FORMAT=User,JobID slurm-snap report -S 2000-01-01")
+    assert fmt.returncode == 0, (fmt.stdout, fmt.stderr)
+    assert fmt.stdout.splitlines()[0].split() == ["User", "JobID"], fmt.stdout
+
+
 def test_without_the_service_a_user_gets_one_sentence(cluster):
     # Point the login host at a port nobody serves: what a site without the service sees.
     path = cluster.config_path("login")

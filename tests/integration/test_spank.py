@@ -220,14 +220,65 @@ io.write(opts.signal)
     ("srun", "0@0", "set", False, "USR1@60"),          # srun creating its own allocation
 ])
 def test_cli_filter_sets_the_signal_only_when_needed(kind, signal, flag, inside_job, expected):
+    proc = _lua(LUA_DRIVER, kind, signal, flag, env={"SLURM_JOB_ID": "5"} if inside_job else {})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == expected
+
+
+def _lua(driver: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     lua = shutil.which("lua5.3") or shutil.which("lua5.1") or shutil.which("lua")
     if lua is None:
         unavailable("no lua interpreter (scripts/dev-cluster up installs lua5.3)")
-    env = {"PATH": "/usr/bin:/bin", **({"SLURM_JOB_ID": "5"} if inside_job else {})}
-    proc = subprocess.run([lua, "-", str(REPO / "etc" / "cli_filter.lua"), kind, signal, flag], input=LUA_DRIVER,
-                          env=env, capture_output=True, text=True, timeout=10)
+    return subprocess.run([lua, "-", str(REPO / "etc" / "cli_filter.lua"), *args], input=driver,
+                          env={"PATH": "/usr/bin:/bin", **(env or {})}, capture_output=True, text=True, timeout=10)
+
+
+TIMELIMIT_DRIVER = """
+slurm = {SUCCESS = 0}
+dofile(arg[1])
+local opts = {type = "sbatch", signal = arg[2], spank = {["slurm-snap"] = {
+    ["snapshot-on-preempt"] = arg[3], ["snapshot-before-timelimit"] = arg[4]}}}
+assert(slurm_cli_pre_submit(opts, 0) == slurm.SUCCESS)
+io.write(opts.signal)
+"""
+
+
+@pytest.mark.parametrize("signal, preempt, margin, expected, warned", [
+    ("0@0", "unset", "90s", "USR1@90", False),           # the margin is the signal's time
+    ("0@0", "set", "5m", "USR1@300", False),             # with preemption too: it signals at once anyway
+    ("0@0", "unset", "unset", "0@0", False),             # neither option: untouched
+    ("USR1@200", "unset", "2m", "USR1@200", False),      # the user's own --signal wins
+    ("B:USR1@60", "set", "unset", "B:USR1@60", True),    # ... but B: reaches no rank: said at submit
+    ("B:USR1@60", "unset", "2m", "B:USR1@60", True),
+    ("RB:USR1@60", "unset", "2m", "RB:USR1@60", True),
+    ("B:USR1@60", "unset", "unset", "B:USR1@60", False),  # not opted in: none of our business
+])
+def test_cli_filter_signals_the_margin_before_the_time_limit_and_warns_of_B(signal, preempt, margin, expected,
+                                                                            warned):
+    proc = _lua(TIMELIMIT_DRIVER, signal, preempt, margin)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == expected
+    assert ("signals only the batch shell" in proc.stderr) == warned, proc.stderr
+
+
+def test_cli_filter_reads_a_margin_as_the_helper_does():
+    """One grammar (slurm/duration.py), read twice: strictly by the helper,
+    which refuses a bad value, and by cli_filter.lua for the signal's time."""
+    from slurm_snap.errors import BadValueError
+    from slurm_snap.slurm.duration import parse_duration
+
+    forms = ["90s", "5m", "5min", "1h30m", "2h", "1d", "01:30", "1:02:03", "1-02:03:04",
+             "abc", "5x", "m5", ""]
+    driver = "dofile(arg[1])\nfor i = 2, #arg do io.write(tostring(slurm_snap_seconds(arg[i])), '\\n') end\n"
+    proc = _lua(driver, *forms)
+    assert proc.returncode == 0, proc.stderr
+    got = proc.stdout.splitlines()
+    for form, lua in zip(forms, got):
+        try:
+            want = str(int(parse_duration(form).total_seconds()))
+        except BadValueError:
+            want = "nil"
+        assert lua == want, (form, lua, want)
 
 
 # --- issue 21: what sbatch checks, what the Prolog refuses, and who is told ----

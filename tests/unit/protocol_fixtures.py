@@ -12,6 +12,8 @@ from slurm_snap.jobdir import ack_filename
 from slurm_snap.jobrecords import Ack, ManifestEntry
 from slurm_snap.inventory.repository import Inventory
 from slurm_snap.jobrecords import VolumeRecord
+
+import dbtemplates
 from testkit.doubles import register_test_backends
 
 register_test_backends()
@@ -82,6 +84,7 @@ def make_env(tmp_path, *, nodes=("n1", "n2"), allow_crash=True, local=True, shar
     data = {
         "inventory": {"url": f"sqlite:///{tmp}/inventory.db"},
         "paths": {"barrier_dir": f"{tmp}/barriers", "restore_root": f"{tmp}/restore", "log_dir": f"{tmp}/log"},
+        "spool": {"directory": f"{tmp}/spool"},
         "protocol": {"allow_crash_consistent": allow_crash},
         "timeouts": {"barrier": barrier, "backend_call": backend_call, "hook_budget": 20.0},
         "volume_class": classes,
@@ -91,8 +94,11 @@ def make_env(tmp_path, *, nodes=("n1", "n2"), allow_crash=True, local=True, shar
     with open(cfg_path, "w") as f:
         f.write(to_toml(data))
     cfg = config.load(cfg_path)
+    if not os.path.exists(f"{tmp}/inventory.db"):
+        # Migrated, as `db upgrade` leaves it; a second env in the same
+        # directory (protocol_killee.py's) opens the first one's.
+        dbtemplates.sqlite(f"{tmp}/inventory.db")
     inv = Inventory(cfg.inventory.url)
-    inv.upgrade()
     env = Env(tmp=tmp, cfg=cfg, inv=inv, nodes=tuple(nodes), job_id=job_id, uid=uid)
     specs = []
     for n in (recorded_nodes if recorded_nodes is not None else nodes):

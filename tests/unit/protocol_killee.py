@@ -12,8 +12,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The repository, for the test doubles (testkit/doubles.py), as conftest.py puts it for pytest.
+# The repository, for the test doubles (testkit/doubles.py), and tests/ (dbtemplates.py),
+# as conftest.py puts them for pytest.
 sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from protocol_fixtures import ROOT, make_env  # noqa: E402
 from slurm_snap.protocol.coordinator import Coordinator  # noqa: E402

@@ -6,9 +6,25 @@ a handler runs a moment after kill() returns, not inside it. Tests wait for
 the handler's effect instead of assuming it."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+
+
+@contextlib.contextmanager
+def handlers_restored():
+    """SIGUSR1's and SIGTERM's handlers put back after the block, and every
+    Checkpointer appended to the list it gives uninstalled first."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM)}
+    made = []
+    try:
+        yield made
+    finally:
+        for ckpt in made:
+            ckpt._flag.uninstall()
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def _seen(flag) -> tuple:

@@ -72,10 +72,9 @@ backend = "xfs-reflink"
 """
     for policy in ("open", "closed"):
         (tmp_path / f"{policy}.toml").write_text(text + f"[hooks]\nfailure_policy = '{policy}'\n")
-    from slurm_snap.inventory.repository import Inventory
-    inv = Inventory(f"sqlite:///{tmp_path}/inv.db")
-    inv.upgrade()
-    inv.dispose()
+    import dbtemplates
+
+    dbtemplates.sqlite(tmp_path / "inv.db")     # migrated, as `db upgrade` leaves it
     return tmp_path
 
 

@@ -151,3 +151,23 @@ def test_transfer_benchmark_runs_in_the_suite(tmp_path):
     moved = lambda r: float(r["note"].split(" MiB moved")[0])  # noqa: E731
     assert 0 < moved(incremental) < moved(full) / 5, (incremental["note"], full["note"])
     assert "10. a node-local part to another node" in proc.stdout
+
+
+def test_service_load_rows_count_what_was_lost():
+    import service_load
+
+    alone = {"lat": [0.02] * 10, "failed": [], "span": 0.5, "sent": 10}
+    all_well = service_load._row("ping", {"lat": [0.01] * 99 + [0.2], "failed": [], "span": 2.0, "sent": 100}, alone)
+    assert all_well.met is True and all_well.value == 50.0 and all_well.reference == 20.0 and all_well.unit == "req/s"
+    assert "100 requests, 100 answered, 0 lost" in all_well.note and "p50 10 ms, p99 200 ms" in all_well.note
+    lost = service_load._row("ping", {"lat": [0.01] * 98, "failed": ["busy", "x"], "span": 2.0, "sent": 100}, alone)
+    assert lost.met is False and "2 lost" in lost.note and "first loss: busy" in lost.note
+
+
+def test_service_load_without_a_cluster_is_not_available(tmp_path):
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([str(BENCH / "run"), "--quick", "--only", "service", "--no-cluster", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["rows"] == [] and [u["bench"] for u in data["unavailable"]] == ["service"]

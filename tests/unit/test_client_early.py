@@ -153,7 +153,7 @@ class KilledInRequeue(Scontrol):
 
 
 def test_the_intent_is_on_disk_before_the_requeue_ends_the_job(tmp_path):
-    from slurm_snap.protocol.recorder import release_of
+    from slurm_snap.protocol.preemptset import release_of
 
     jd = jobdir(tmp_path)
     sc = KilledInRequeue(jd)

@@ -31,7 +31,7 @@ def test_the_package_exports_exactly_the_documented_names():
     assert set(client.__all__) == names
     public = {n for n in dir(client) if not n.startswith("_") and not inspect.ismodule(getattr(client, n))}
     assert public == names
-    assert modules == {"dcp", "lightning", "launch"}, modules
+    assert modules == {"dcp", "lightning", "huggingface", "launch", "resume_path"}, modules
     for module in modules:
         assert importlib.util.find_spec(f"slurm_snap.client.{module}") is not None, module
 

@@ -11,7 +11,7 @@ from slurm_snap import config
 from slurm_snap.doctor import slurm_checks
 from slurm_snap.cli import doctor_cmd
 from slurm_snap.inventory.repository import Inventory
-from test_report_seed import at, report_pg_server, seeded  # noqa: F401  (fixtures)
+from test_report_seed import at, seeded  # noqa: F401  (fixtures)
 
 PARTS = [{"PartitionName": "gpu", "PreemptMode": "REQUEUE", "GraceTime": "60"},
          {"PartitionName": "cpu", "PreemptMode": "REQUEUE", "GraceTime": "00:00:30"},

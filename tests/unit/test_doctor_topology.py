@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 
 from slurm_snap import config
 from slurm_snap.doctor import probes, site_checks
@@ -68,11 +69,17 @@ def test_service_that_does_not_answer_is_named(tmp_path):
     cfg = cfg_of(tmp_path, listen=f"127.0.0.1:{port}", ssh_scratch=False)
     bad = failed(topology(cfg, ["n1"]))
     assert [f.what.split(" (")[0] for f in bad] == [f"slurm-snap service not answering on 127.0.0.1:{port}"]
+    # A port that accepts and closes (slurmdbd's, say) is not the service
+    # answering: doctor asks it for a MUNGE-sealed ping (test_service.py has
+    # the real service answering it).
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen()
-        cfg = cfg_of(tmp_path, listen=f"127.0.0.1:{srv.getsockname()[1]}", ssh_scratch=False)
-        assert failed(topology(cfg, ["n1"])) == []
+        port = srv.getsockname()[1]
+        threading.Thread(target=lambda: srv.accept()[0].close(), daemon=True).start()
+        cfg = cfg_of(tmp_path, listen=f"127.0.0.1:{port}", ssh_scratch=False)
+        bad = failed(topology(cfg, ["n1"]))
+    assert [f.what.split(" (")[0] for f in bad] == [f"slurm-snap service not answering on 127.0.0.1:{port}"]
 
 
 def test_node_without_a_known_host_key_is_named_with_its_address(tmp_path):

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+import forkserver
 from slurm_snap.jobrecords import Ack
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,11 +35,17 @@ def torch_available():
 
 
 class Run:
-    """train.py as a child process, stdout lines collected by a thread."""
+    """train.py as a child process, stdout lines collected by a thread: forked
+    from the session's fork server (torch imported once: tests/forkserver.py),
+    or with `fresh` a new interpreter, as the first start of the first test
+    keeps it so the real start path stays covered."""
 
-    def __init__(self, args, env):
-        self.proc = subprocess.Popen([sys.executable, TRAIN, *args], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=REPO)
+    def __init__(self, args, env, *, fresh: bool = False):
+        if fresh:
+            self.proc = subprocess.Popen([sys.executable, TRAIN, *args], env=env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, cwd=REPO)
+        else:
+            self.proc = forkserver.get().popen([TRAIN, *args], env=env, cwd=REPO)
         self.lines: list[str] = []
         self._queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -106,8 +113,8 @@ def job(tmp_path):
                 "SLURM_SNAP_RESTORE_MARKER": str(tmp_path / "marker"), "PYTHONPATH": REPO})
     runs = []
 
-    def start(*args):
-        runs.append(Run(list(args), env))
+    def start(*args, fresh: bool = False):
+        runs.append(Run(list(args), env, fresh=fresh))
         return runs[-1]
 
     yield start, job_dir, pfs / "ckpt", tmp_path
@@ -124,7 +131,7 @@ def wait_for_file(path, timeout=30):
 
 def test_preemption_ack_release_and_resume(job):
     start, job_dir, ckpt_dir, tmp = job
-    run = start("--steps", "10000", "--step-time", "0.05")
+    run = start("--steps", "10000", "--step-time", "0.05", fresh=True)
     run.wait_for(r"^step 3 ")
     run.proc.send_signal(signal.SIGUSR1)
     ack_path = job_dir / "ack" / "n1.0.json"

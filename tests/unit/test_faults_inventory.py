@@ -25,6 +25,8 @@ from slurm_snap.inventory.repository import Inventory
 from slurm_snap.jobrecords import VolumeRecord
 from testkit.inventory_helpers import sets_of_job
 
+import dbtemplates
+
 UNREACHABLE = {
     # url template -> what the message must contain
     "closed-port": ("postgresql+psycopg2://snap:s3cret@127.0.0.1:1/none", "127.0.0.1:1"),
@@ -79,13 +81,15 @@ def test_unreachable_inventory_hook_follows_policy(tmp_path, monkeypatch, capsys
 
 
 # ---- locked ---------------------------------------------------------------------------
+# Holds the lock for at most argv[2] seconds, or until told to let go (a
+# line on stdin): the test ends the hold once what it watches has happened.
 LOCKER = """
-import sqlite3, sys, time
+import select, sqlite3, sys
 con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
 con.execute("BEGIN EXCLUSIVE")
 con.execute("INSERT INTO event (at, kind, level, message, node) VALUES ('2020-01-01 00:00:00', 'lock', 'info', 'held', '')")
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+select.select([sys.stdin], [], [], float(sys.argv[2]))
 con.execute("ROLLBACK")
 """
 
@@ -93,9 +97,8 @@ con.execute("ROLLBACK")
 @pytest.fixture
 def locked_db(tmp_path):
     """A migrated inventory with one job already recorded, and a way to lock it."""
-    url = f"sqlite:///{tmp_path}/inv.db"
+    url = dbtemplates.sqlite(tmp_path / "inv.db")     # migrated, as `db upgrade` leaves it
     inv = Inventory(url)
-    inv.upgrade()
     with inv.session() as repo:
         run = repo.record_job_run(job_id=10, restart_count=0, user_name="root", uid=0, nodes=["n1"])
         repo.add_volumes(run, [VolumeRecord(path="/x/jobs/10", scope="shared", volume_class="pfs", backend="btrfs")])
@@ -104,16 +107,28 @@ def locked_db(tmp_path):
 
     def lock(seconds: float):
         p = subprocess.Popen([sys.executable, "-c", LOCKER, f"{tmp_path}/inv.db", str(seconds)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(p)
         assert p.stdout.readline().strip() == "locked", p.stderr.read()
         return p
 
     yield url, lock
     for p in procs:
+        release(p)
+    for p in procs:
         if p.poll() is None:
             p.kill()
         p.wait()
+
+
+def release(holder) -> None:
+    """End the hold now (the holder rolls back and exits)."""
+    if holder.poll() is None:
+        try:
+            holder.stdin.write("go\n")
+            holder.stdin.close()
+        except BrokenPipeError:
+            pass
 
 
 def recorded(url) -> tuple[list[int], list[str]]:
@@ -141,6 +156,8 @@ def test_locked_inventory_hook_fails_after_busy_timeout_and_nothing_is_lost(tmp_
     assert rc == status, err
     assert 0.4 < took < 3.5, took  # waited busy_timeout, not the holder's 4 s
     assert "database is locked" in err and "inventory sqlite:///" in err
+    assert holder.poll() is None     # it still held the lock all that time
+    release(holder)
     holder.wait(10)
     # nothing recorded before the fault is lost; the holder's uncommitted row is gone
     assert recorded(url) == ([10], ["/x/jobs/10"])
@@ -156,6 +173,8 @@ def test_locked_inventory_snapshot_cli_exits_9(tmp_path, capsys, locked_db):
     rc = main(["--config", cfg, "snapshot", "10", "--consistency", "crash"])
     err = capsys.readouterr().err
     assert rc == errors.INVENTORY and "database is locked" in err
+    assert holder.poll() is None
+    release(holder)
     holder.wait(10)
     inv = Inventory(url)
     with inv.session() as repo:

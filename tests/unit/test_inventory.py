@@ -73,6 +73,38 @@ def test_forbidden_transitions(inventory, old, new):
         assert repo.get_set(st.id).state == old  # nothing changed
 
 
+@pytest.mark.parametrize("old,new", sorted(S.LATE_JOIN))
+def test_late_part_edges_are_a_late_deliverys_alone(inventory, old, new):
+    """states.LATE_JOIN: a finalized set moves again only when a late part is
+    delivered (transition(..., late=True)); every other caller is refused."""
+    route = {S.PARTIAL: [S.CUTTING, S.PARTIAL], S.FAILED: [S.FAILED],
+             S.DELETED: [S.FAILED, S.DELETING, S.DELETED]}[old]
+    with inventory.session() as repo:
+        run, _ = _job(repo)
+        st, _ = repo.create_set(run, epoch="e", trigger="preempt")
+        for step in route:
+            repo.transition(st.id, step)
+        with pytest.raises(errors.InvalidTransition):
+            repo.transition(st.id, new)
+        repo.transition(st.id, new, late=True, consistency=S.APP if new == S.COMPLETE else None)
+        assert repo.get_set(st.id).state == new
+
+
+def test_a_set_that_is_no_point_never_carries_a_points_label(inventory):
+    """states.labels_for in the repository: PARTIAL (or FAILED) keeps what its
+    parts earned as parts_consistency, its own label is none."""
+    with inventory.session() as repo:
+        run, _ = _job(repo)
+        st, _ = repo.create_set(run, epoch="e", trigger="manual")
+        repo.transition(st.id, S.CUTTING)
+        repo.transition(st.id, S.PARTIAL, consistency=S.APP)
+        got = repo.get_set(st.id)
+        assert (got.consistency, got.parts_consistency) == (S.NONE, S.APP)
+        repo.transition(st.id, S.COMPLETE, late=True, consistency=S.APP)
+        got = repo.get_set(st.id)
+        assert (got.consistency, got.parts_consistency) == (S.APP, S.APP)
+
+
 def test_all_transitions_in_table_are_accepted(inventory):
     """Walk every edge of the state machine from a fresh set."""
     def route_to(state):

@@ -186,3 +186,26 @@ def test_timestamps_keep_microseconds_and_seconds_are_doubles(inventory):
     with inventory.session(readonly=True) as repo:
         st = repo.get_set(set_id)
         assert (st.requested_at, st.skew_seconds) == (at, 2.176293601999987)
+
+
+def test_opening_a_sqlite_inventory_forks_nothing(tmp_path, monkeypatch):
+    """The network-filesystem check reads statfs through the program's own
+    libc: ctypes.util.find_library forked `ldconfig -p` for every engine
+    (690 times in one unit-suite run), on every command's and hook's path."""
+    import subprocess
+
+    import dbtemplates
+
+    url = dbtemplates.sqlite(tmp_path / "inv.db")
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("a subprocess was started")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", forbidden)
+    for _ in range(2):
+        inv = Inventory(url)
+        with inv.session(readonly=True) as repo:
+            repo.report_job_owners([1])
+        inv.dispose()
+    assert db.network_fs_of(str(tmp_path)) is None           # a local disk
+    assert isinstance(db._statfs_type("/"), int)

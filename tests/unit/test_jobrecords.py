@@ -14,8 +14,9 @@ import pytest
 
 from slurm_snap.errors import BadValueError
 from slurm_snap.jobdir import JobDir
-from slurm_snap.jobrecords import (Ack, EarlyDecision, JobRecord, ManifestEntry, ReleaseRecord, RequestRecord,
-                                   ResumeRank, ResumeRecord, VolumeRecord, is_preempt_epoch, preempt_epoch)
+from slurm_snap.jobrecords import (Ack, CutPart, CutRecord, EarlyDecision, JobRecord, ManifestEntry, ReleaseRecord,
+                                   RequestRecord, ResumeRank, ResumeRecord, VolumeRecord, is_preempt_epoch,
+                                   preempt_epoch, preempt_restart)
 
 T0 = dt.datetime(2026, 12, 3, 10, 0, tzinfo=dt.timezone.utc)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,6 +35,16 @@ RECORDS = [
                  missing=("scratch part of rank(s) 1 (cut on n2): no copy survives",)),
     EarlyDecision(epoch="preempt-0", decision="requeued", at=1.5e9, why="preempted at X", all_acknowledged_at=1.4e9),
     EarlyDecision(epoch="preempt-0", decision="waited", at=1.5e9, why="not every rank acknowledged in time"),
+    CutRecord(epoch="preempt-3", node="n1", set_id=4, trigger="timelimit"),
+    CutRecord(epoch="preempt-1", node="n2", set_id=None, preempt_time=1.5e9, job=JobRecord(
+        job_id=77, restart_count=1, user="alice", nodes=("n2",),
+        volumes=(VolumeRecord(path="/scratch/jobs/77", scope="node-local", volume_class="scratch", node="n2"),)),
+        parts=(
+        CutPart(volume_class="scratch", scope="node-local", node="n2", path="/scratch/jobs/77", backend="btrfs",
+                name="slurm-snap-77-r1-0123456789ab", ref="/scratch/jobs/.snapshots/x",
+                snapshot_path="/scratch/jobs/.snapshots/x", cut_started_at=T0, cut_at=T0, manifest_ok=True),
+        CutPart(volume_class="pfs", scope="shared", node="", path="/pfs/jobs/77", backend="btrfs", name="y",
+                state="MISSING", error="did not finish within 3 s"))),
 ]
 
 
@@ -71,6 +82,21 @@ def test_an_acknowledgement_round_trips_through_its_bytes():
     (EarlyDecision, {"epoch": "preempt-0", "decision": "maybe", "at": 1}, "decision", "'maybe'"),
     (EarlyDecision, {"epoch": "preempt-0", "decision": "kept", "at": "soon"}, "at", "'soon'"),
     (EarlyDecision, {"epoch": "preempt-0", "decision": "kept", "at": 1, "whence": 2}, "whence", "2"),
+    (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": "all"}, "parts", "'all'"),
+    (CutRecord, {"epoch": "preempt-0", "node": "../n1", "parts": []}, "node", "'../n1'"),
+    (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "set_id": -1}, "set_id", "-1"),
+    (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "job": {"volumes": "all"}}, "volumes", "'all'"),
+    (CutRecord, {"epoch": "preempt-0", "node": "n1", "parts": [], "trigger": "manual"}, "trigger", "'manual'"),
+    (CutPart, {"volume_class": "s", "scope": "local", "node": "n1", "path": "/s", "backend": "b", "name": "x",
+               "state": "CUT"}, "scope", "'local'"),
+    (CutPart, {"volume_class": "s", "scope": "shared", "node": "", "path": "s", "backend": "b", "name": "x",
+               "state": "CUT"}, "path", "'s'"),
+    (CutPart, {"volume_class": "s", "scope": "shared", "node": "", "path": "/s", "backend": "b", "name": "x",
+               "state": "GONE"}, "state", "'GONE'"),
+    (CutPart, {"volume_class": "s", "scope": "shared", "node": "", "path": "/s", "backend": "b", "name": "x",
+               "state": "CUT", "cut_at": "noon"}, "cut_at", "'noon'"),
+    (CutPart, {"volume_class": "s", "scope": "shared", "node": "", "path": "/s", "backend": "b", "name": "x",
+               "state": "CUT", "manifest_ok": "yes"}, "manifest_ok", "'yes'"),
 ])
 def test_a_bad_field_is_named_with_its_file_and_value(cls, doc, field, value):
     with pytest.raises(BadValueError) as info:
@@ -96,6 +122,8 @@ def test_the_job_file_gives_this_nodes_volume_before_the_shared_one():
 
 def test_the_preemption_epoch_is_spelled_once():
     assert preempt_epoch(3) == "preempt-3" and is_preempt_epoch("preempt-3") and not is_preempt_epoch("s3")
+    assert preempt_restart(preempt_epoch(3)) == 3 and preempt_restart("s3") is None
+    assert preempt_restart("preempt-") is None and preempt_restart("preempt-x") is None
 
 
 def test_the_records_import_nothing_of_slurm_snap_but_its_errors():
@@ -108,3 +136,17 @@ def test_the_records_import_nothing_of_slurm_snap_but_its_errors():
     loaded = set(eval(out.stdout))
     assert loaded <= {"slurm_snap", "slurm_snap.errors", "slurm_snap.record"} | {
         m for m in loaded if m.startswith("slurm_snap.jobrecords")}
+
+
+def test_the_hook_triggers_are_the_inventorys():
+    """jobrecords spells them without importing states (stdlib only)."""
+    from slurm_snap import states
+    from slurm_snap.jobrecords import HOOK_TRIGGERS
+
+    assert HOOK_TRIGGERS == states.HOOK_TRIGGERS
+
+
+def test_a_preemptions_cut_record_is_written_as_before_the_time_limit_option():
+    """A node not yet upgraded reads what an upgraded one writes at a preemption."""
+    assert "trigger" not in CutRecord(epoch="preempt-0", node="n1").to_json()
+    assert CutRecord(epoch="preempt-0", node="n1", trigger="timelimit").to_json()["trigger"] == "timelimit"

@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+import forkserver
 from slurm_snap.jobrecords import Ack
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,11 +48,12 @@ def free_port() -> int:
 
 class Rank:
     """One rank of train.py, in a session of its own (so it and its
-    DataLoader workers form one process group, as a Slurm task does)."""
+    DataLoader workers form one process group, as a Slurm task does),
+    forked from the session's fork server: torch is imported once, not by
+    each of the ~25 ranks these tests start (tests/forkserver.py)."""
 
     def __init__(self, argv, env):
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, cwd=REPO, start_new_session=True)
+        self.proc = forkserver.get().popen(argv, env=env, cwd=REPO)
         self.lines: list[str] = []
         self.err: list[str] = []
         self._q: queue.Queue = queue.Queue()
@@ -106,6 +108,8 @@ class Job:
 
     def env(self, rank: int, port: int) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "CI", "MASTER_"))}
+        if getattr(self, "slurm_bin", None):
+            env["SLURM_SNAP_SLURM_BIN"] = self.slurm_bin
         # One node, `world` tasks: what srun sets for each task.
         env.update({"SLURM_JOB_ID": JOB, "SLURMD_NODENAME": "n1", "SLURM_PROCID": str(rank),
                     "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0",
@@ -117,7 +121,7 @@ class Job:
 
     def start(self, *args: str) -> list[Rank]:
         port = free_port()
-        self.ranks = [Rank([sys.executable, TRAIN, *args], self.env(r, port)) for r in range(self.world)]
+        self.ranks = [Rank([TRAIN, *args], self.env(r, port)) for r in range(self.world)]
         return self.ranks
 
     def wait(self, what, timeout: float = 90, every: float = 0.05):
@@ -197,6 +201,30 @@ def test_signal_to_one_rank_gives_one_step_for_all_and_training_goes_on(job):
     assert len(digests) == 1 and None not in digests, digests
     # One checkpoint for the one request: no second acknowledgement appeared.
     assert {a.step for a in j.acks("od-1").values()} == {step}
+
+
+def test_a_stray_signal_to_every_rank_costs_nothing(job, tmp_path):
+    """Issue 30 item 4: a SIGUSR1 with no request.json while Slurm shows no
+    PreemptTime (here an scontrol standing in for Slurm's answer): rank 0's
+    verdict rides in the step agreement, every rank ignores it at one step,
+    nothing is acknowledged and training goes on at its pace."""
+    bin_dir = tmp_path / "slurm-bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho 'JobId={JOB} JobState=RUNNING PreemptTime=None Requeue=1'\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    j = job(3)
+    j.slurm_bin = str(bin_dir)
+    ranks = j.start("--steps", "100000", "--step-time", "0.05")
+    j.wait(lambda: all(len(r.steps()) >= 10 for r in ranks))
+    for r in ranks:
+        r.signal_all()
+    j.wait(lambda: all(any("no slurm-snap request and no preemption: ignored" in e for e in r.err) for r in ranks))
+    at = [max(r.steps()) for r in ranks]
+    j.wait(lambda: all(max(r.steps()) >= a + 20 for r, a in zip(ranks, at)), timeout=30)
+    assert j.acks("preempt-0") == {}
+    ignored = [[e for e in r.err if "ignored" in e] for r in ranks]
+    # One step for all: the same boundary on every rank.
+    assert len({line[0].split(":")[1] for line in ignored}) == 1, ignored
 
 
 def test_late_copy_of_the_signal_is_the_same_request_not_a_second_checkpoint(job):
@@ -366,8 +394,9 @@ def test_a_failed_agreement_does_not_hang_the_rank_and_its_ack_says_so(tmp_path)
     (barrier / "61").mkdir(parents=True)
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "PYTHONPATH": REPO}
-    procs = [subprocess.Popen([sys.executable, "-c", AGREE_SCRIPT, str(r), str(port), str(barrier)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE_SCRIPT)
+    procs = [forkserver.get().popen([script, str(r), str(port), str(barrier)], env=env, cwd=REPO) for r in (0, 1)]
     out, err = procs[0].communicate(timeout=120)
     procs[1].wait(timeout=30)
     assert procs[0].returncode == 0, err[-3000:]
@@ -431,8 +460,9 @@ def test_ranks_agree_on_the_pace_and_exchange_at_the_same_boundaries(tmp_path):
     exchange at the same boundaries (the collectives stay matched)."""
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "PYTHONPATH": REPO}
-    procs = [subprocess.Popen([sys.executable, "-c", PACE_SCRIPT, str(r), str(port)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
+    script = tmp_path / "pace.py"
+    script.write_text(PACE_SCRIPT)
+    procs = [forkserver.get().popen([script, str(r), str(port)], env=env, cwd=REPO) for r in (0, 1)]
     out = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in out]
     a, b = (json.loads(o[0]) for o in out)

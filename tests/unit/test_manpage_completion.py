@@ -109,7 +109,7 @@ def test_bash_completion_script_is_generated_by_click(on_path):
 
 
 @pytest.mark.parametrize("words, want", [
-    ("slurm-snap re", ["repair", "report", "restore-test"]),
+    ("slurm-snap re", ["repair", "report", "restore-test", "resume-path"]),
     ("slurm-snap db ", ["status", "upgrade"]),
     ("slurm-snap doctor --j", ["--json"]),
     ("slurm-snap db status --", ["--json", "--help"]),

@@ -12,7 +12,7 @@ from slurm_snap.inventory.repository import Inventory
 from slurm_snap.cli import metrics_cmd
 from slurm_snap.inventory.failures import reason_class
 from slurm_snap.report.metrics import Exposition, escape_label
-from test_report_seed import ALICE, ROOT, invoke, report_pg_server, seeded  # noqa: F401  (fixtures)
+from test_report_seed import ALICE, ROOT, invoke, seeded  # noqa: F401  (fixtures)
 
 EXPECTED = """\
 # HELP slurm_snap_info The slurm-snap that wrote these values (always 1).
@@ -21,12 +21,15 @@ slurm_snap_info{version="%s"} 1
 # HELP slurm_snap_collected_timestamp_seconds Unix time at which slurm-snap metrics read the inventory.
 # TYPE slurm_snap_collected_timestamp_seconds gauge
 slurm_snap_collected_timestamp_seconds 1796040000
-# HELP slurm_snap_sets Snapshot sets by state and consistency label.
+# HELP slurm_snap_sets Snapshot sets by state and the set's consistency label.
 # TYPE slurm_snap_sets gauge
 slurm_snap_sets{state="COMPLETE",consistency="app-consistent"} 1
 slurm_snap_sets{state="FAILED",consistency="none"} 1
-slurm_snap_sets{state="PARTIAL",consistency="crash-consistent"} 1
+slurm_snap_sets{state="PARTIAL",consistency="none"} 1
 slurm_snap_sets{state="VERIFIED",consistency="app-consistent"} 2
+# HELP slurm_snap_resumable_sets Sets a requeued run would resume from.
+# TYPE slurm_snap_resumable_sets gauge
+slurm_snap_resumable_sets 3
 # HELP slurm_snap_failures_total Times a set became FAILED, PARTIAL, ROLLED_BACK or FAILED_RESTORE, by state and reason class.
 # TYPE slurm_snap_failures_total counter
 slurm_snap_failures_total{state="FAILED",reason="barrier timeout"} 1
@@ -34,13 +37,23 @@ slurm_snap_failures_total{state="PARTIAL",reason="zfs"} 1
 # HELP slurm_snap_hook_failures_total Slurm hooks (Prolog, Epilog, PrologSlurmctld, EpilogSlurmctld) that failed.
 # TYPE slurm_snap_hook_failures_total counter
 slurm_snap_hook_failures_total 0
-# HELP slurm_snap_newest_verified_age_seconds Seconds since the cut of the job's newest VERIFIED set (its RPO); +Inf if it has none.
+# HELP slurm_snap_jobs Jobs with a set requested within the job window, by whether they take periodic snapshots, recorded a resume command (scheduled drills can verify them) and have a VERIFIED set.
+# TYPE slurm_snap_jobs gauge
+slurm_snap_jobs{periodic="yes",drillable="yes",verified="yes"} 0
+slurm_snap_jobs{periodic="yes",drillable="yes",verified="no"} 0
+slurm_snap_jobs{periodic="yes",drillable="no",verified="yes"} 0
+slurm_snap_jobs{periodic="yes",drillable="no",verified="no"} 0
+slurm_snap_jobs{periodic="no",drillable="yes",verified="yes"} 0
+slurm_snap_jobs{periodic="no",drillable="yes",verified="no"} 0
+slurm_snap_jobs{periodic="no",drillable="no",verified="yes"} 2
+slurm_snap_jobs{periodic="no",drillable="no",verified="no"} 0
+# HELP slurm_snap_newest_verified_age_seconds Seconds since the cut of a periodic job's newest VERIFIED set (its RPO); +Inf if it has none.
 # TYPE slurm_snap_newest_verified_age_seconds gauge
-slurm_snap_newest_verified_age_seconds{job_id="1001",user="alice"} 10796
-slurm_snap_newest_verified_age_seconds{job_id="1002",user="bob"} 57596
-slurm_snap_newest_verified_age_seconds{job_id="1003",user="carol"} +Inf
-# HELP slurm_snap_rpo_objective_seconds The job's RPO objective: seconds between its periodic snapshots (--snapshot-every or the partition's default); jobs without periodic snapshots have none.
+# HELP slurm_snap_rpo_objective_seconds A periodic job's RPO objective: seconds between its periodic snapshots (--snapshot-every or the partition's default).
 # TYPE slurm_snap_rpo_objective_seconds gauge
+# HELP slurm_snap_job_series_omitted Drillable periodic jobs of the job window given no per-job series (over --max-jobs): `slurm-snap report --rpo-missed` lists them.
+# TYPE slurm_snap_job_series_omitted gauge
+slurm_snap_job_series_omitted 0
 # HELP slurm_snap_phase_duration_seconds Time spent in each phase of a snapshot set (signal, quiesce, cut, finalize, total; release: a preemption's first signal until its nodes were given back).
 # TYPE slurm_snap_phase_duration_seconds summary
 slurm_snap_phase_duration_seconds_sum{phase="signal"} 5
@@ -77,15 +90,19 @@ def test_objectives_and_overdue_drills(seeded):
 
     inv = Inventory(seeded["url"])
     with inv.session() as repo:
-        repo.s.execute(update(JobRun).where(JobRun.job_id == 1001).values(snapshot_every=3600))
+        repo.s.execute(update(JobRun).where(JobRun.job_id == 1001).values(
+            snapshot_every=3600, options={"resume_cmd": "python train.py --resume"}))
         overdue = repo.overdue_drills(before=seeded_now() - __import__("datetime").timedelta(hours=1))
     inv.dispose()
     with open(seeded["config"], "a") as f:
         f.write('\n[restore]\nverify_within = "1h"\n')
     code, out, exc = invoke(metrics_cmd.command, [], seeded["config"], ROOT)
     assert code == 0, exc
-    assert 'slurm_snap_rpo_objective_seconds{job_id="1001",user="alice"} 3600\n' in out
-    assert 'job_id="1002"' not in out.split("slurm_snap_rpo_objective_seconds", 1)[1].split("# HELP", 1)[0]
+    assert 'slurm_snap_rpo_objective_seconds{job_id="1001"} 3600\n' in out
+    assert 'slurm_snap_newest_verified_age_seconds{job_id="1001"} 10796\n' in out
+    # 1002 takes no periodic snapshots: counted, not named.
+    assert 'job_id="1002"' not in out
+    assert 'slurm_snap_jobs{periodic="yes",drillable="yes",verified="yes"} 1\n' in out
     assert "# TYPE slurm_snap_drills_overdue gauge\n" in out and f"slurm_snap_drills_overdue {overdue}\n" in out
 
 
@@ -95,12 +112,62 @@ def seeded_now():
     return dt.datetime.fromtimestamp(1796040000, dt.timezone.utc)
 
 
+def _periodic(seeded, every: dict[int, int], *, resume_cmd: str = "python train.py --resume") -> None:
+    from sqlalchemy import update
+
+    from slurm_snap.inventory.models import JobRun
+
+    inv = Inventory(seeded["url"])
+    with inv.session() as repo:
+        for job_id, seconds in every.items():
+            repo.s.execute(update(JobRun).where(JobRun.job_id == job_id).values(
+                snapshot_every=seconds, options={"resume_cmd": resume_cmd} if resume_cmd else {}))
+    inv.dispose()
+
+
+def _named(out: str, family: str) -> list[str]:
+    return [line.split('"')[1] for line in out.splitlines() if line.startswith(family + "{")]
+
+
 def test_job_window_drops_old_jobs(seeded):
-    # Job 1003's only set is from 2026-11-28; a one-day window leaves it out.
-    code, out, _ = invoke(metrics_cmd.command, ["--job-window", "now-1days"], seeded["config"], ROOT)
+    # Job 1003's only set is from 2026-11-28: in a week's window, out of the default day's.
+    _periodic(seeded, {1001: 3600, 1002: 60000, 1003: 600})
+    code, out, _ = invoke(metrics_cmd.command, ["--job-window", "7days"], seeded["config"], ROOT)
     assert code == 0
-    jobs = [line for line in out.splitlines() if line.startswith("slurm_snap_newest_verified_age_seconds{")]
-    assert [j.split('"')[1] for j in jobs] == ["1001", "1002"]
+    assert _named(out, "slurm_snap_newest_verified_age_seconds") == ["1001", "1002", "1003"]
+    code, out, _ = invoke(metrics_cmd.command, [], seeded["config"], ROOT)
+    assert code == 0
+    assert _named(out, "slurm_snap_newest_verified_age_seconds") == ["1001", "1002"]
+
+
+def test_per_job_series_are_bounded_to_the_periodic_jobs_furthest_past_their_objective(seeded):
+    """Issue 35 item 6: at most --max-jobs jobs are named, the worst first
+    (no verified set at all, then the highest RPO/objective); the rest are
+    counted; no series carries a user."""
+    _periodic(seeded, {1001: 3600, 1002: 60000, 1003: 600})
+    code, out, _ = invoke(metrics_cmd.command, ["--job-window", "7days", "--max-jobs", "2"], seeded["config"], ROOT)
+    assert code == 0
+    # 1003: none verified; 1001: 10796 s of a 3600 s objective; 1002 is within its objective.
+    assert _named(out, "slurm_snap_newest_verified_age_seconds") == ["1001", "1003"]
+    assert _named(out, "slurm_snap_rpo_objective_seconds") == ["1001", "1003"]
+    assert "slurm_snap_job_series_omitted 1\n" in out
+    assert 'slurm_snap_jobs{periodic="yes",drillable="yes",verified="no"} 1\n' in out
+    assert 'slurm_snap_jobs{periodic="yes",drillable="yes",verified="yes"} 2\n' in out
+    assert "user=" not in out
+    code, out, _ = invoke(metrics_cmd.command, ["--max-jobs", "0"], seeded["config"], ROOT)
+    assert code == 0 and _named(out, "slurm_snap_newest_verified_age_seconds") == []
+    assert "slurm_snap_job_series_omitted 2\n" in out
+
+
+def test_a_periodic_job_without_a_resume_command_is_counted_not_named(seeded):
+    """No drill can verify its sets, so its RPO objective can never hold: an
+    alert on it would fire for every such job (issue 35 item 6)."""
+    _periodic(seeded, {1001: 3600, 1002: 600}, resume_cmd="")
+    code, out, _ = invoke(metrics_cmd.command, [], seeded["config"], ROOT)
+    assert code == 0
+    assert _named(out, "slurm_snap_newest_verified_age_seconds") == []
+    assert 'slurm_snap_jobs{periodic="yes",drillable="no",verified="yes"} 2\n' in out
+    assert "slurm_snap_job_series_omitted 0\n" in out
 
 
 def test_textfile_is_replaced_atomically(seeded, tmp_path):

@@ -29,7 +29,10 @@ SERVICE = ETC / "slurm-snap-metrics.service"
 TIMER = ETC / "slurm-snap-metrics.timer"
 # Every timer/service pair shipped, with the subcommand its ExecStart runs.
 UNIT_PAIRS = [(TIMER, SERVICE, "metrics"),
-              (ETC / "slurm-snap-schedule.timer", ETC / "slurm-snap-schedule.service", "schedule")]
+              (ETC / "slurm-snap-schedule.timer", ETC / "slurm-snap-schedule.service", "schedule"),
+              (ETC / "slurm-snap-node-agent.timer", ETC / "slurm-snap-node-agent.service", "node-agent")]
+# How often each timer runs its pass.
+PERIOD = {"metrics": "1min", "schedule": "1min", "node-agent": "30s"}
 SERIES = re.compile(r"\bslurm_snap_[a-zA-Z0-9_]+")
 
 
@@ -38,7 +41,7 @@ def exposition(tmp_path_factory) -> str:
     d = tmp_path_factory.mktemp("metrics")
     url = f"sqlite:///{d}/inv.db"
     seed(url)
-    # One job takes periodic snapshots, so its objective series is exported too.
+    # One job takes periodic snapshots and recorded a resume command, so its per-job series are exported too.
     from sqlalchemy import update
 
     from slurm_snap.inventory.models import JobRun
@@ -46,7 +49,8 @@ def exposition(tmp_path_factory) -> str:
 
     inv = Inventory(url)
     with inv.session() as repo:
-        repo.s.execute(update(JobRun).where(JobRun.job_id == 1001).values(snapshot_every=3600))
+        repo.s.execute(update(JobRun).where(JobRun.job_id == 1001).values(
+            snapshot_every=3600, options={"resume_cmd": "python train.py --resume"}))
     inv.dispose()
     config = write_config(d, url)
     with open(config, "a") as f:         # scheduled drills on: the overdue gauge is exported too
@@ -101,11 +105,20 @@ def test_promtool_check_metrics_would_catch_a_counter_without_total():
 def test_the_rules_pass_promtool_check_rules():
     r = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "SUCCESS: 9 rules found" in r.stdout
+    assert "SUCCESS: 7 rules found" in r.stdout
+
+
+RUNBOOK = "file:///usr/local/src/slurm-snap/docs/troubleshooting.md#"
 
 
 def _alert(eval_time, name, labels=None, annotations=None):
-    exp = [] if labels is None else [{"exp_labels": labels, "exp_annotations": annotations}]
+    """An expected firing of `name` (several when labels and annotations are lists)."""
+    if labels is None:
+        return {"eval_time": eval_time, "alertname": name, "exp_alerts": []}
+    if isinstance(labels, dict):
+        labels, annotations = [labels], [annotations]
+    exp = [{"exp_labels": lb, "exp_annotations": {**an, "runbook_url": RUNBOOK + name.lower()}}
+           for lb, an in zip(labels, annotations)]
     return {"eval_time": eval_time, "alertname": name, "exp_alerts": exp}
 
 
@@ -120,11 +133,15 @@ def test_the_rules_fire_on_the_series_metrics_writes(tmp_path):
         ('slurm_snap_failures_total{state="PARTIAL",reason="zfs",instance="ctl"}', "3x200"),
         ('slurm_snap_failures_total{state="FAILED_RESTORE",reason="restore test N",instance="ctl"}', "0x20 1x200"),
         ('slurm_snap_hook_failures_total{instance="ctl"}', "5x30 6x200"),
-        ('slurm_snap_newest_verified_age_seconds{job_id="7",user="alice",instance="ctl"}', "Inf+0x900"),
-        ('slurm_snap_newest_verified_age_seconds{job_id="8",user="bob",instance="ctl"}', "86000+60x900"),
-        ('slurm_snap_newest_verified_age_seconds{job_id="9",user="carol",instance="ctl"}', "3600x900"),
-        # carol's job takes a set every 10 minutes; her verified point is an hour old.
-        ('slurm_snap_rpo_objective_seconds{job_id="9",user="carol",instance="ctl"}', "600x900"),
+        # Periodic jobs only have per-job series: 7 has no verified set yet (+Inf), 8's point
+        # is a day old against a 2-day interval, 9 takes a set every 10 minutes and its verified
+        # point is an hour old.
+        ('slurm_snap_newest_verified_age_seconds{job_id="7",instance="ctl"}', "Inf+0x900"),
+        ('slurm_snap_rpo_objective_seconds{job_id="7",instance="ctl"}', "3600x900"),
+        ('slurm_snap_newest_verified_age_seconds{job_id="8",instance="ctl"}', "86000+60x900"),
+        ('slurm_snap_rpo_objective_seconds{job_id="8",instance="ctl"}', "172800x900"),
+        ('slurm_snap_newest_verified_age_seconds{job_id="9",instance="ctl"}', "3600x900"),
+        ('slurm_snap_rpo_objective_seconds{job_id="9",instance="ctl"}', "600x900"),
         # Three sets went past verify_within undrilled at minute 30.
         ('slurm_snap_drills_overdue{instance="ctl"}', "0x30 3x900"),
         # The textfile stopped being written at minute 0.
@@ -144,20 +161,14 @@ def test_the_rules_fire_on_the_series_metrics_writes(tmp_path):
                {"summary": "1 slurm-snap hook failure(s) in the last hour",
                 "description": "Under failure_policy open the jobs ran unprotected; `slurm-snap show JOBID` "
                                "lists each hook-failed event."}),
-        _alert("13h", "SlurmSnapJobWithoutVerifiedSet", {"severity": "info", "job_id": "7", "user": "alice", **inst},
-               {"summary": "job 7 (alice) has no verified snapshot set",
-                "description": "Run `slurm-snap restore-test 7`: RPO is quoted from passed drills only."}),
-        # bob's point passes a day at minute 7 and the rule waits an hour; carol's is an hour old.
-        _alert("1h", "SlurmSnapRPOTooOld"),
-        _alert("2h", "SlurmSnapRPOTooOld", {"severity": "warning", "job_id": "8", "user": "bob", **inst},
-               {"summary": "job 8 (bob): newest verified set is 1d 1h 53m 20s old",
-                "description": "Drill a newer set (`slurm-snap restore-test 8`) or check why no newer set was cut."}),
-        # carol: 3600 s > 2 x 600 s from the start; the rule waits 30 minutes. bob has no objective.
+        # 7 (none verified) and 9 (3600 s > 2 x 600 s) from the start; the rule waits 30 minutes.
+        # 8 is within twice its objective.
         _alert("20m", "SlurmSnapRPOObjectiveMissed"),
-        _alert("40m", "SlurmSnapRPOObjectiveMissed", {"severity": "warning", "job_id": "9", "user": "carol", **inst},
-               {"summary": "job 9 (carol): verified RPO past twice its --snapshot-every objective",
-                "description": "`slurm-snap report -j 9 -o JobID,Trigger,State,Cut,RPO,Objective,RPOMet` shows "
-                               "which sets were cut and drilled; check `systemctl status slurm-snap-schedule.service`."}),
+        _alert("40m", "SlurmSnapRPOObjectiveMissed", [{"severity": "warning", "job_id": job, **inst} for job in "79"],
+               [{"summary": f"job {job}: verified RPO past twice its --snapshot-every objective",
+                 "description": f"`slurm-snap report -j {job} -o JobID,Trigger,State,Cut,RPO,Objective,RPOMet` shows "
+                                "which sets were cut and drilled; check `systemctl status slurm-snap-schedule.service`."}
+                for job in "79"]),
         _alert("80m", "SlurmSnapDrillsOverdue"),
         _alert("100m", "SlurmSnapDrillsOverdue", {"severity": "warning", **inst},
                {"summary": "3 snapshot set(s) not drilled within restore.verify_within",
@@ -186,6 +197,42 @@ def test_the_rules_fire_on_the_series_metrics_writes(tmp_path):
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS" in r.stdout
+
+
+def _alerts() -> dict[str, dict[str, str]]:
+    """Alert name -> its annotations, read from the rules file (one key per line)."""
+    out, name = {}, None
+    for line in RULES.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("- alert: "):
+            name = stripped.split(": ", 1)[1]
+            out[name] = {}
+        elif name and re.match(r"(summary|description|runbook_url): ", stripped):
+            key, value = stripped.split(": ", 1)
+            out[name][key] = value.strip("'\"")
+    return out
+
+
+def test_every_alert_has_a_runbook_url_to_its_troubleshooting_section():
+    """Issue 35 item 6: each alert links the section of docs/troubleshooting.md
+    that says what to do (a GitHub-style anchor of its heading)."""
+    doc = (ETC.parent / "docs" / "troubleshooting.md").read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", doc, re.M)}
+    alerts = _alerts()
+    assert len(alerts) == 7
+    for name, ann in alerts.items():
+        assert ann.get("runbook_url") == RUNBOOK + name.lower(), (name, ann)
+        assert name.lower() in anchors, name
+
+
+def test_no_alert_fires_per_job_for_what_nobody_acts_on():
+    """Only periodic jobs' RPO is alerted on per job: not a job without a
+    verified set or without a resume command (issue 35 item 6)."""
+    alerts = _alerts()
+    assert "SlurmSnapJobWithoutVerifiedSet" not in alerts and "SlurmSnapRPOTooOld" not in alerts
+    per_job = [n for n in alerts if "job_id" in alerts[n].get("summary", "")]
+    assert per_job == ["SlurmSnapRPOObjectiveMissed"]
 
 
 # --- series named by rules and dashboard -----------------------------------
@@ -247,7 +294,7 @@ def test_the_timer_starts_its_service(timer_path, service_path, name):
     timer = unit_values(timer_path)
     assert timer["Timer"]["Unit"] == [service_path.name]
     assert timer["Install"]["WantedBy"] == ["timers.target"]
-    assert timer["Timer"]["OnUnitActiveSec"] == ["1min"]
+    assert timer["Timer"]["OnUnitActiveSec"] == [PERIOD[name]]
 
 
 @pytest.mark.parametrize("timer_path, service_path, name", UNIT_PAIRS)
@@ -271,6 +318,10 @@ def test_the_service_runs_a_real_subcommand_with_valid_options(timer_path, servi
     sub_ctx = sub.make_context(name, list(rest), parent=ctx)
     if name == "metrics":
         assert sub_ctx.params["textfile"].endswith(".prom")
+    elif name == "node-agent":
+        # One pass that honours its backoff, never the dev cluster's loop.
+        assert (sub_ctx.params["loop"], sub_ctx.params["now"], sub_ctx.params["status"]) == (None, False, False)
+        assert "9" in svc["SuccessExitStatus"][0].split()
     else:
         assert sub_ctx.params["dry_run"] is False     # the timer's pass acts
     with pytest.raises(click.UsageError):
@@ -292,3 +343,17 @@ def test_systemd_analyze_verifies_the_units(tmp_path, timer_path, service_path, 
     assert r.returncode == 0, r.stderr
     # Unknown keys are only warnings for systemd: any line about our units is a fault.
     assert [ln for ln in r.stderr.splitlines() if service_path.stem in ln] == []
+
+
+# Slurm 25.11's own series (its metrics guide; scraped from a 25.11 dev
+# cluster's slurmctld, docs/design.md): the dashboard shows them beside ours.
+SLURM_OWN = re.compile(r"\bslurm_(?!snap_)[a-z_]+")
+SLURM_2511_SERIES = {"slurm_jobs_running", "slurm_jobs_pending", "slurm_nodes_alloc", "slurm_nodes_idle"}
+
+
+def test_the_dashboard_shows_slurms_own_metrics_and_ours_never_repeat_them(exposition):
+    shown = {name for e in dashboard_exprs() for name in SLURM_OWN.findall(e)}
+    assert shown == SLURM_2511_SERIES
+    families = {line.split()[2] for line in exposition.splitlines() if line.startswith("# TYPE ")}
+    assert all(f.startswith("slurm_snap_") for f in families)
+    assert not {f.removeprefix("slurm_snap_") for f in families} & {s.removeprefix("slurm_") for s in SLURM_2511_SERIES}

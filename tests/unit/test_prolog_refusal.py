@@ -20,6 +20,7 @@ from slurm_snap.jobrecords import ResumeRecord
 
 from test_report_seed import invoke
 from slurm_snap import access
+import dbtemplates
 
 
 def _user():
@@ -67,9 +68,7 @@ backend = "xfs-reflink"
 """
     for policy in ("open", "closed"):
         (tmp_path / f"{policy}.toml").write_text(text + f"[hooks]\nfailure_policy = '{policy}'\n")
-    inv = Inventory(f"sqlite:///{tmp_path}/inv.db")
-    inv.upgrade()
-    inv.dispose()
+    dbtemplates.sqlite(tmp_path / "inv.db")     # migrated, as `db upgrade` leaves it
     return tmp_path
 
 

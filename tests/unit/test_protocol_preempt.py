@@ -15,7 +15,9 @@ from slurm_snap.jobdir import JobDir
 from slurm_snap.errors import NotFound
 from slurm_snap.protocol import preempt
 from slurm_snap import states as S
+from slurm_snap.protocol.cutter import part_name
 from slurm_snap.protocol.recorder import LocalRecorder
+from slurm_snap.spool.records import SpoolEntry
 from slurm_snap.protocol.repair import repair
 from testkit.inventory_helpers import sets_of_job
 
@@ -104,7 +106,8 @@ def test_resume_json_points_into_the_snapshot(env):
     assert resume["ranks"]["1"]["checkpoint"].endswith("/ckpt-rank1.pt")
     live, snap = resume["checkpoint"]["live"], resume["checkpoint"]["snapshot"]
     assert live == os.path.join(env.local_paths["n1"], "ckpt-rank0.pt")
-    assert snap.endswith("/.snapshots/" + f"slurm-snap-{env.job_id}-{data['set_id']}-1/ckpt-rank0.pt")
+    # Named by what the node knows alone (job, preempted run, node, path).
+    assert snap.endswith("/.snapshots/" + part_name(env.job_id, 0, "n1", env.local_paths["n1"]) + "/ckpt-rank0.pt")
     with open(live, "wb") as f:
         f.write(b"training went on and overwrote it")
     assert os.path.getsize(snap) == 100  # the snapshot kept the acknowledged checkpoint
@@ -203,7 +206,7 @@ def test_node_whose_epilog_never_ran_is_partial_after_repair(env):
 def test_set_whose_epilogs_never_ran_is_failed_by_repair(env):
     preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), (now() - dt.timedelta(seconds=5)).timestamp())
     (a,) = repair(env.cfg, env.inv, clock=lambda: now() + dt.timedelta(hours=1))
-    assert (a.old_state, a.new_state) == (S.QUIESCING, S.FAILED) and "nothing was cut" in a.reason
+    assert (a.old_state, a.new_state) == (S.QUIESCING, S.FAILED) and "no node delivered a part" in a.reason
 
 
 def test_missing_acks_at_preemption_give_crash_consistent(env):
@@ -294,7 +297,10 @@ def test_slow_backend_gives_a_partial_set_the_epilog_itself_finalizes(tmp_path):
     assert run_hook("epilog", body, cfg=env.cfg, job_id=env.job_id, node="n1") == 0
     assert time.monotonic() - t0 < 4.0   # inside the hook's budget, with the record done
     st, parts, _acks, events = the_set(env)
-    assert out["summary"] == f"set {st.id} PARTIAL app-consistent"
+    # No point to restore from, whatever its parts are: the set says none,
+    # and what was cut keeps its own label.
+    assert out["summary"] == f"set {st.id} PARTIAL none"
+    assert (st.consistency, st.parts_consistency) == (S.NONE, S.APP)
     assert st.state == S.PARTIAL and "pfs (did not finish within" in st.reason, st.reason
     assert sorted((p.node, p.state) for p in parts) == [("", "MISSING"), ("n1", "CUT"), ("n2", "CUT")]
     assert sum("finalized by n1" in e.message for e in events) == 1
@@ -337,8 +343,9 @@ def test_the_request_time_is_what_the_ranks_observed_and_early_release_is_record
     assert (st.release, abs((st.released_at - first).total_seconds() - 2.0) < 1e-3) == ("early", True)
     assert st.barrier_at == max(a.written_at for a in acks)
     # A repeated non-head Epilog does not turn the early release back into the kill.
-    LocalRecorder(env.cfg, env.inv).record(set_id=st.id, job_id=env.job_id, node="n2", parts=[],
-                                                   preempt_known=True, preempt_time=guess.timestamp())
+    LocalRecorder(env.cfg, env.inv).deliver(entry=SpoolEntry(
+        job_id=env.job_id, restart_count=0, node="n2", nodes=tuple(env.nodes), uid=env.uid, written_at=now(),
+        set_id=st.id, preempt_time=guess.timestamp(), killed_at=guess.timestamp()))
     assert the_set(env)[0].release == "early"
     # A later hook with Slurm's guess does not move the observed time back.
     preempt.epilogslurmctld_mark(env.cfg, env.inv, job(env, ""), guess.timestamp())

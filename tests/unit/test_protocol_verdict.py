@@ -180,7 +180,9 @@ def test_missing_volume_is_partial_naming_volume_node_and_error():
     assert "missing 1 of 3 volumes: scratch@n2 (btrfs exited with status 1: boom)" in v.reason
     assert "nodes without a complete cut: n2" in v.reason
     assert v.failed_nodes == ("n2",) and v.missing == ("scratch@n2",)
-    assert v.consistency == S.APP  # what is there is still consistent
+    # What is there is still consistent, but the set is no point to restore
+    # from: its own label says none, its parts' label says what they are.
+    assert (v.consistency, v.parts_consistency, v.resumable) == (S.NONE, S.APP, False)
 
 
 def test_node_whose_prolog_never_recorded_its_volume_makes_the_set_partial():

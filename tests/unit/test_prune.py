@@ -234,8 +234,10 @@ def test_only_verified_set_is_kept_unless_forced(inventory, world):
 # ---- the command -------------------------------------------------------------
 @pytest.fixture
 def cli_world(world):
+    import dbtemplates
+
+    dbtemplates.sqlite(world.cfg.inventory.url.removeprefix("sqlite:///"))     # as `db upgrade` leaves it
     inv = Inventory(world.cfg.inventory.url)
-    inv.upgrade()
     yield world, inv
     inv.dispose()
 

@@ -7,7 +7,7 @@ import pytest
 
 from slurm_snap import errors
 from slurm_snap.cli import report_cmd
-from test_report_seed import ALICE, BOB, OPER, ROOT, invoke, report_pg_server, seeded  # noqa: F401  (fixtures)
+from test_report_seed import ALICE, BOB, OPER, ROOT, invoke, seeded  # noqa: F401  (fixtures)
 
 
 def run(seeded, *args, caller=ROOT):
@@ -21,11 +21,11 @@ def table(text: str) -> str:
 
 
 DEFAULT = table("""
-JobID             User          State      Consistency                 Cut         Age            Verified         RPO
------------- --------- -------------- ---------------- ------------------- ----------- ------------------- -----------
-1001             alice       VERIFIED   app-consistent 2026-11-30T09:00:04    02:59:56 2026-11-30T10:00:00    02:59:56
-1002.1             bob        PARTIAL crash-consistent 2026-11-30T10:30:04    01:29:56                        15:59:56
-1001             alice       COMPLETE   app-consistent 2026-11-30T11:00:04    00:59:56                        02:59:56
+JobID             User          State      Consistency Resumable                 Cut         Age            Verified         RPO
+------------ --------- -------------- ---------------- --------- ------------------- ----------- ------------------- -----------
+1001             alice       VERIFIED   app-consistent       yes 2026-11-30T09:00:04    02:59:56 2026-11-30T10:00:00    02:59:56
+1002.1             bob        PARTIAL             none        no 2026-11-30T10:30:04    01:29:56                        15:59:56
+1001             alice       COMPLETE   app-consistent       yes 2026-11-30T11:00:04    00:59:56                        02:59:56
 """)
 
 
@@ -48,17 +48,17 @@ JobID      User State      Volumes       Reason RPO
 def test_column_names_are_case_insensitive_prefixes(seeded):
     assert run(seeded, "-o", "jobi,USER,consist", "-P", "-n") == table("""
 1001|alice|app-consistent
-1002.1|bob|crash-consistent
+1002.1|bob|none
 1001|alice|app-consistent
 """)
 
 
 def test_parsable2_has_no_trailing_bar(seeded):
     assert run(seeded, "-P") == table("""
-JobID|User|State|Consistency|Cut|Age|Verified|RPO
-1001|alice|VERIFIED|app-consistent|2026-11-30T09:00:04|02:59:56|2026-11-30T10:00:00|02:59:56
-1002.1|bob|PARTIAL|crash-consistent|2026-11-30T10:30:04|01:29:56||15:59:56
-1001|alice|COMPLETE|app-consistent|2026-11-30T11:00:04|00:59:56||02:59:56
+JobID|User|State|Consistency|Resumable|Cut|Age|Verified|RPO
+1001|alice|VERIFIED|app-consistent|yes|2026-11-30T09:00:04|02:59:56|2026-11-30T10:00:00|02:59:56
+1002.1|bob|PARTIAL|none|no|2026-11-30T10:30:04|01:29:56||15:59:56
+1001|alice|COMPLETE|app-consistent|yes|2026-11-30T11:00:04|00:59:56||02:59:56
 """)
 
 
@@ -73,9 +73,9 @@ JobID|SetID|Trigger|Step|
 
 def test_noheader(seeded):
     assert run(seeded, "-n") == table("""
-1001             alice       VERIFIED   app-consistent 2026-11-30T09:00:04    02:59:56 2026-11-30T10:00:00    02:59:56
-1002.1             bob        PARTIAL crash-consistent 2026-11-30T10:30:04    01:29:56                        15:59:56
-1001             alice       COMPLETE   app-consistent 2026-11-30T11:00:04    00:59:56                        02:59:56
+1001             alice       VERIFIED   app-consistent       yes 2026-11-30T09:00:04    02:59:56 2026-11-30T10:00:00    02:59:56
+1002.1             bob        PARTIAL             none        no 2026-11-30T10:30:04    01:29:56                        15:59:56
+1001             alice       COMPLETE   app-consistent       yes 2026-11-30T11:00:04    00:59:56                        02:59:56
 """)
 
 
@@ -176,6 +176,11 @@ def test_json_schema_version_1(seeded):
     partial = doc["sets"][1]
     assert (partial["volumes"], partial["rpo_seconds"], partial["age_seconds"]) == (
         {"cut": 1, "expected": 2}, 57596.0, 5396.0)
+    # Issue 30: a PARTIAL set is no point to restore from, whatever its parts are.
+    assert (first["consistency"], first["parts_consistency"], first["resumable"]) == (
+        "app-consistent", "app-consistent", True)
+    assert (partial["state"], partial["consistency"], partial["parts_consistency"], partial["resumable"]) == (
+        "PARTIAL", "none", "crash-consistent", False)
 
 
 def test_preemption_release_columns_and_json(seeded):

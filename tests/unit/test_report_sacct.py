@@ -10,13 +10,13 @@ from click.testing import CliRunner
 from slurm_snap import __version__, errors
 from slurm_snap.cli import report_cmd, show_cmd
 from test_report import DEFAULT, run, table
-from test_report_seed import ROOT, invoke, make_ctx, report_pg_server, seeded  # noqa: F401  (fixtures)
+from test_report_seed import ROOT, invoke, make_ctx, seeded  # noqa: F401  (fixtures)
 
 LONG = table("""
-JobID|SetID|User|Partition|Trigger|State|Consistency|Reason|Volumes|NodeList|FailedNodes|Requested|Cut|Verified|Duration|Quiesce|CutTime|Skew|Step|Manifest|Age|RPO
-1001|1|alice|gpu|manual|VERIFIED|app-consistent||2/2|n[1-2]||2026-11-30T09:00:00|2026-11-30T09:00:04|2026-11-30T10:00:00|00:00:05|00:00:02|00:00:00|0.250|500|ok|02:59:56|02:59:56
-1002.1|4|bob|gpu|preempt|PARTIAL|crash-consistent|zfs: snapshot failed: pool busy|1/2|n3||2026-11-30T10:30:00|2026-11-30T10:30:04||00:00:05|00:00:02|00:00:00|||ok|01:29:56|15:59:56
-1001|2|alice|gpu|manual|COMPLETE|app-consistent||2/2|n[1-2]||2026-11-30T11:00:00|2026-11-30T11:00:04||00:00:05|00:00:02|00:00:00|0.250|600|ok|00:59:56|02:59:56
+JobID|SetID|User|Partition|Trigger|State|Consistency|Resumable|PartsConsistency|Reason|Volumes|NodeList|FailedNodes|Requested|Cut|Verified|Duration|Quiesce|CutTime|Skew|Step|Manifest|Age|RPO
+1001|1|alice|gpu|manual|VERIFIED|app-consistent|yes|app-consistent||2/2|n[1-2]||2026-11-30T09:00:00|2026-11-30T09:00:04|2026-11-30T10:00:00|00:00:05|00:00:02|00:00:00|0.250|500|ok|02:59:56|02:59:56
+1002.1|4|bob|gpu|preempt|PARTIAL|none|no|crash-consistent|zfs: snapshot failed: pool busy|1/2|n3||2026-11-30T10:30:00|2026-11-30T10:30:04||00:00:05|00:00:02|00:00:00|||ok|01:29:56|15:59:56
+1001|2|alice|gpu|manual|COMPLETE|app-consistent|yes|app-consistent||2/2|n[1-2]||2026-11-30T11:00:00|2026-11-30T11:00:04||00:00:05|00:00:02|00:00:00|0.250|600|ok|00:59:56|02:59:56
 """)
 
 

@@ -9,8 +9,6 @@ the wall clock, which an exact expected table cannot follow.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import uuid
 
 import pytest
 
@@ -145,57 +143,25 @@ def write_config(tmp_path, url: str, operators=("root",)) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="session")
-def report_pg_server():
-    """A database of this test process's own on the test PostgreSQL server:
-    the shared one is reset by other tests, and other pytest runs may use the
-    server at the same time. Dropped at the end of the session."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    from realcomponents import pg_url, require
-
-    url = pg_url()
-    require(bool(url), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg "
-                       "or set SLURM_SNAP_TEST_PG_URL")
-    # Each test module that imports this fixture gets its own instance: a
-    # random part keeps their databases apart too.
-    name = f"slurmsnap_report_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    try:
-        # Through the maintenance database, so no session lingers in the shared one.
-        admin = create_engine(make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-            conn.execute(text(f"CREATE DATABASE {name}"))
-    except Exception as exc:  # server down
-        require(False, f"PostgreSQL at {url} unreachable: {exc}")
-    yield make_url(url).set(database=name).render_as_string(hide_password=False)
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-    except Exception as exc:  # the server was stopped under us: nothing left to drop
-        print(f"could not drop {name}: {exc}")
-    admin.dispose()
-
-
-def _empty_pg(url: str) -> str:
-    from sqlalchemy import create_engine, text
-
-    eng = create_engine(url)
-    with eng.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
-    eng.dispose()
-    return url
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def seeded(request, tmp_path):
+    """A copy of the seeded inventory (seeded once per session: dbtemplates)."""
+    import dbtemplates
+
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/inv.db"
+        url = dbtemplates.sqlite(tmp_path / "inv.db", key="report_seed", build=seed)
     else:
-        url = _empty_pg(request.getfixturevalue("report_pg_server"))
-    ids = seed(url)
+        from realcomponents import pg_url, require
+        from sqlalchemy.exc import DBAPIError
+
+        server = pg_url()
+        require(bool(server), "no PostgreSQL: run scripts/postgres start /var/tmp/slurm-snap-pg "
+                              "or set SLURM_SNAP_TEST_PG_URL")
+        try:
+            url = dbtemplates.postgresql(server, key="report_seed", build=seed)
+        except DBAPIError as exc:  # server down
+            require(False, f"PostgreSQL at {server} unreachable: {exc}")
+    ids = dict(dbtemplates.built(request.param, "report_seed"))
     return {"url": url, "ids": ids, "config": write_config(tmp_path, url, operators=("root", "oper"))}
 
 

@@ -283,8 +283,10 @@ def test_command_is_not_run_by_a_shell(inventory, world):
 def cli_world(world):
     from slurm_snap.inventory.repository import Inventory
 
+    import dbtemplates
+
+    dbtemplates.sqlite(world.cfg.inventory.url.removeprefix("sqlite:///"))     # as `db upgrade` leaves it
     inv = Inventory(world.cfg.inventory.url)
-    inv.upgrade()
     yield world, inv, str(world.base / "slurm-snap.toml")
     inv.dispose()
 

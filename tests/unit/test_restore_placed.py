@@ -234,8 +234,10 @@ def test_cli_placement_flags(world, capsys):
     from slurm_snap.cli import main
     from slurm_snap.inventory.repository import Inventory
 
+    import dbtemplates
+
+    dbtemplates.sqlite(world.cfg.inventory.url.removeprefix("sqlite:///"))     # as `db upgrade` leaves it
     inv = Inventory(world.cfg.inventory.url)
-    inv.upgrade()
     try:
         add_node_local_set(inv, world, nodes=("n1",))
         cfg = str(world.base / "slurm-snap.toml")

@@ -116,9 +116,15 @@ def test_due_runs_are_taken_most_overdue_first_and_in_flight_ones_skipped(invent
 
 
 def test_a_pass_reads_the_inventory_once_whatever_the_number_of_jobs(inventory):
+    from testkit.inventory_helpers import bulk_seed
+
     with inventory.session() as repo:
-        for j in range(1, 1201):
-            add_run(repo, j, every=3600, at=T0)
+        # The rows add_run makes, in one executemany: the pass is under test,
+        # not 1,200 hooks' record_job_run (a SELECT, an INSERT, an UPDATE each).
+        bulk_seed(repo, "job_run", [dict(job_id=j, restart_count=0, user_name="alice", uid=1000, partition="",
+                                         nodes=[], options={"consistency": "app"}, created_at=T0,
+                                         snapshot_every=3600) for j in range(1, 1201)])
+        assert add_run(repo, 1200, every=3600).id == 1200     # the same row as add_run's
     statements = []
     listen = event.listens_for(inventory.engine, "before_cursor_execute")
     listen(lambda *a, **k: statements.append(a[2]))
@@ -208,8 +214,10 @@ def test_drills_take_the_newest_never_drilled_sets_one_per_job(inventory):
     runner(cfg_with(drills=3), inventory, fake2, T0).pass_once()
     assert fake2.drills == []
     with inventory.session() as repo:
-        # cut before then with no verdict: a_old, a_new, f_set, g_set
-        assert repo.overdue_drills(before=T0 + dt.timedelta(minutes=2, seconds=30)) == 4
+        # Owed past verify_within: jobs 1 (a_new; a_old is superseded by it), 6 (f_set) and 7 (g_set,
+        # abandoned three times: still owed). Not job 3: no resume command, nothing the runner can drill.
+        assert repo.overdue_drills(before=T0 + dt.timedelta(minutes=2, seconds=30)) == 3
+        assert repo.overdue_drills(before=T0 + dt.timedelta(minutes=6)) == 4     # and job 2's b_set
 
 
 def test_dry_run_signals_nothing(inventory):
@@ -230,6 +238,42 @@ def test_plan_counts_from_the_newest_set_of_any_trigger():
     assert due[0].due_at == T0 + dt.timedelta(seconds=110)
 
 
+def test_a_requeued_run_counts_from_its_own_start_not_from_the_set_its_preemption_cut():
+    """The rule README, design.md and `schedule --help` state (issue 35 item
+    7): due DURATION after the later of the run's start and its newest set."""
+    from slurm_snap.inventory.schedule import PeriodicRun
+
+    # Run 1 was recorded at T0+300 s; the job's newest set (run 0's, at its
+    # preemption) is older than that and is not the run's.
+    r = PeriodicRun(run_id=2, job_id=1, restart_count=1, user_name="a", every=60,
+                    created_at=T0 + dt.timedelta(seconds=300), last_requested_at=None, in_flight=False,
+                    consistency="app")
+    assert plan([r], T0 + dt.timedelta(seconds=359))[0] == []
+    assert plan([r], T0 + dt.timedelta(seconds=360))[0][0].due_at == T0 + dt.timedelta(seconds=360)
+
+
+def _normalized(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_due_rule_reads_the_same_in_readme_design_and_help(capsys):
+    import re
+    from pathlib import Path
+
+    from slurm_snap.cli import main
+
+    assert main(["schedule", "--help"]) == 0
+    help_text = _normalized(capsys.readouterr().out)
+    rule = re.search(r"A run is due when .*?\)\.", help_text).group(0)
+    assert "later of its start and its newest set of any kind" in rule
+    root = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/design.md"):
+        assert rule in _normalized((root / doc).read_text()), doc
+    import slurm_snap.schedule
+
+    assert rule in _normalized(slurm_snap.schedule.__doc__)
+
+
 def test_the_interval_rule_default_and_minimum_per_partition():
     cfg = cfg_with(every={"gpu": "2h", "*": "6h"}, min_every={"gpu": "30m"})
     assert cfg.snapshot_every("gpu", None) == (7200, "the default of partition gpu")
@@ -240,7 +284,7 @@ def test_the_interval_rule_default_and_minimum_per_partition():
 
 
 @pytest.mark.parametrize("table, value, why", [
-    ("every", "5s", "is under 10 s"), ("min_every", "soon", "expected e.g."), ("every", 30, "expected a duration"),
+    ("every", "5s", "is under 10 s"), ("min_every", "soon", "not a duration; accepted: 90s"), ("every", 30, "expected a duration"),
 ])
 def test_bad_schedule_tables_name_the_key(table, value, why):
     with pytest.raises(errors.ConfigError) as exc:

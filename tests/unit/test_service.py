@@ -97,11 +97,12 @@ def service(tmp_path, munge_socket):
     shutil.rmtree(client_dir, ignore_errors=True)
 
 
-def run_as(user: str | None, env, *args: str) -> subprocess.CompletedProcess:
+def run_as(user: str | None, env, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "slurm_snap", "--config", env.client, *args]
     if user is not None:
         argv = ["/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", "-i", "PATH=/usr/bin:/bin",
-                f"PYTHONPATH={os.pathsep.join(p for p in sys.path if p)}", "TZ=UTC", *argv]
+                f"PYTHONPATH={os.pathsep.join(p for p in sys.path if p)}", "TZ=UTC",
+                *(f"{k}={v}" for k, v in (extra_env or {}).items()), *argv]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
@@ -114,6 +115,29 @@ def test_owner_reads_their_job_through_the_service_without_database_credentials(
     r = run_as(OWNER, service, "show", f"set:{service.set_id}")
     assert r.returncode == 0, r.stderr
     assert f"set {service.set_id}" in r.stdout.lower() or str(service.job_id) in r.stdout
+
+
+@pytest.fixture
+def service_own_format(monkeypatch):
+    """The service's own environment names report columns: they must never
+    answer for a user (requested before `service`, so the server inherits it)."""
+    monkeypatch.setenv("SLURM_SNAP_REPORT_FORMAT", "State")
+
+
+def test_report_takes_the_users_report_format_through_the_service(service_own_format, service):
+    from slurm_snap.cli.report_cmd import FORMAT_ENV
+    from slurm_snap.service.server import USER_ENVIRONMENT
+
+    assert FORMAT_ENV in USER_ENVIRONMENT
+    r = run_as(OWNER, service, "report", "-j", str(service.job_id),
+               extra_env={"SLURM_SNAP_REPORT_FORMAT": "SetID,JobID%-9"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].split() == ["SetID", "JobID"], r.stdout
+    assert r.stdout.splitlines()[2].split() == [str(service.set_id), str(service.job_id)], r.stdout
+    # Without it, the built-in columns: not the service's own variable.
+    r = run_as(OWNER, service, "report", "-j", str(service.job_id))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].split()[:2] == ["JobID", "User"], r.stdout
 
 
 def test_another_user_is_refused_on_the_owners_job(service):
@@ -131,9 +155,10 @@ def test_another_user_is_refused_on_the_owners_job(service):
 
 
 def test_commands_not_run_by_the_service_say_where_to_run_them(service):
-    r = run_as(None, service, "repair")  # root: past the operator check, to the inventory
-    assert r.returncode == errors.INVENTORY and "Traceback" not in r.stderr
-    assert "through the slurm-snap service" in r.stderr and "controller" in r.stderr
+    for user in (None, OWNER):   # root and an ordinary user alike: one refusal, one code
+        r = run_as(user, service, "repair")
+        assert r.returncode == errors.CONTROLLER and "Traceback" not in r.stderr, r.stderr
+        assert "through the slurm-snap service" in r.stderr and "run `slurm-snap repair` on the controller" in r.stderr
 
 
 def test_hook_operations_are_roots_alone(service):
@@ -193,3 +218,12 @@ def test_no_munged_is_one_sentence(service, tmp_path):
     r = run_as(OWNER, service, "report")
     assert r.returncode == errors.INVENTORY and "Traceback" not in r.stderr
     assert "munge" in r.stderr and "munged" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_doctor_finds_the_service_answering_its_sealed_ping(service):
+    from slurm_snap.doctor import probes
+
+    assert probes.service(service.cfg) == ""
+    service.proc.send_signal(signal.SIGTERM)
+    service.proc.wait(timeout=20)
+    assert "cannot reach the slurm-snap service" in probes.service(service.cfg)

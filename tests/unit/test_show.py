@@ -8,12 +8,12 @@ import pytest
 from slurm_snap import errors
 from slurm_snap.cli import show_cmd
 from slurm_snap.report.show import ranks
-from test_report_seed import ALICE, BOB, OPER, ROOT, invoke, report_pg_server, seeded  # noqa: F401  (fixtures)
+from test_report_seed import ALICE, BOB, OPER, ROOT, invoke, seeded  # noqa: F401  (fixtures)
 
 SET_A = """\
 Set 1 of job 1001 (user alice, partition gpu, nodes n1,n2)
   trigger manual, epoch m-1, wanted app
-  state VERIFIED, consistency app-consistent
+  state VERIFIED, consistency app-consistent, resumable yes
   checkpoint step 500, skew 0.250 s, manifest ok, volumes 2/2
   survives the loss of any one node: no (a node-local part has its only copy on its node)
 
@@ -114,6 +114,8 @@ def test_show_json(seeded):
     doc = json.loads(show(seeded, "set:1", "--json"))
     assert doc["version"] == 1
     assert doc["set"]["job"] == "1001" and doc["set"]["state"] == "VERIFIED"
+    assert (doc["set"]["consistency"], doc["set"]["parts_consistency"], doc["set"]["resumable"]) == (
+        "app-consistent", "app-consistent", True)
     assert doc["set"]["times"]["cut_done"] == "2026-11-30T09:00:04Z"
     assert [(a["node"], a["rank"], a["received_at"]) for a in doc["acks"]] == [
         ("n1", 0, "2026-11-30T09:00:02.100000Z"), ("n1", 1, "2026-11-30T09:00:02.300000Z"),
@@ -142,3 +144,60 @@ def test_preemption_shows_its_checkpoint_and_release_times(seeded):
     assert (doc["set"]["release"], doc["set"]["times"]["released"]) == ("early", "2026-11-29T20:00:12Z")
     # A manual set has no release line at all.
     assert not [ln for ln in show(seeded, "set:1").splitlines() if ln.startswith("  released")]
+
+
+
+def _table_after(lines: list[str], title: str) -> list[str]:
+    rows = lines[lines.index(title) + 1:]
+    return rows[:rows.index("")] if "" in rows else rows
+
+
+LONG = "a-long-directory-name-for-volumes" * 2
+
+
+def test_long_volume_paths_and_node_names_keep_the_volumes_table_aligned(tmp_path):
+    """A path longer than the VOLUME column widens it (issue 35 item 10: the
+    demo's BACKEND column shifted right under a long path)."""
+    from protocol_fixtures import ROOT as ROOT_CALLER, make_env
+    from slurm_snap import states as S
+    from slurm_snap.protocol.coordinator import Coordinator
+    from slurm_snap.report.show import render
+
+    (tmp_path / LONG).mkdir()
+    env = make_env(tmp_path / LONG, nodes=("node-with-a-long-name-1", "n2"))
+    out = Coordinator(env.cfg, env.inv, caller=ROOT_CALLER).snapshot(env.job_id, consistency="crash")
+    assert out.state == S.COMPLETE
+    with env.inv.session(readonly=True) as repo:
+        st = repo.report_set_detail(out.set_id)
+        lines = render(st, [])
+        snaps = sorted(st.snapshots, key=lambda s: s.id)
+    table = _table_after(lines, "Volumes:")
+    head = table[0]
+    assert len(table) == 1 + len(snaps) and all(len(s.volume.path) > 28 for s in snaps)
+    for row, snap in zip(table[1:], snaps):
+        # Each value starts exactly under its title.
+        assert row[head.index("VOLUME"):].startswith(snap.volume.path + " "), (head, row)
+        assert row[head.index("BACKEND"):].startswith(snap.backend + " "), (head, row)
+        assert row[head.index("STATE"):].startswith(snap.state + " "), (head, row)
+        assert row[head.index("NAME"):].startswith(snap.name), (head, row)
+    acks = _table_after(lines, "Barrier acknowledgements:")
+    for row in acks[1:]:
+        assert row[acks[0].index("WRITTEN"):][:4].isdigit(), (acks[0], row)
+
+
+def test_show_of_a_job_without_a_set_aligns_its_long_paths(tmp_path, capsys):
+    from protocol_fixtures import make_env
+    from slurm_snap.cli import main
+
+    (tmp_path / LONG).mkdir()
+    env = make_env(tmp_path / LONG, nodes=("node-with-a-long-name-1",))
+    assert main(["--config", env.cfg.path, "show", str(env.job_id)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = _table_after(lines, "Volumes:")
+    head = table[0]
+    for row in table[1:]:
+        node, path, vclass, backend, state = row.split()
+        assert len(path) > 28 and row[head.index("VOLUME"):].startswith(path + " "), (head, row)
+        assert row[head.index("CLASS"):].startswith(vclass + " ") and row[head.index("BACKEND"):].startswith(
+            backend + " "), (head, row)
+        assert row[head.index("STATE"):] == state, (head, row)

@@ -42,15 +42,89 @@ def test_the_preemption_signal_setting_moved_in_23_02(v, key, value):
     assert SlurmVersion.parse(v).preempt_signal_setting == (key, value)
 
 
-@pytest.mark.parametrize("v", ["22.05", "23.02", "24.11", "25.05"])
-def test_shell_and_python_write_the_same_slurm_conf_line(v):
+@pytest.mark.parametrize("v", ["22.05", "23.02", "24.11", "25.05", "25.11", "26.05", "27.11"])
+def test_shell_and_python_write_the_same_slurm_conf_lines(v):
     """The dev cluster's slurm.conf comes from the shell function; doctor
     checks with the Python rule: they must not drift apart."""
     out = subprocess.run(["bash", "-c", 'source "$0"; slurm_conf_version_lines "$1"', str(LIB), v],
                          capture_output=True, text=True, timeout=30, check=True,
                          env={"PATH": "/usr/bin:/bin", "SLURM_SNAP_SLURM": "22.05"}).stdout
     key, value = SlurmVersion.parse(v).preempt_signal_setting
-    assert out.splitlines() == [f"{key}={value}"]
+    assert out.splitlines() == list(SlurmVersion.parse(v).conf_lines)
+    assert out.splitlines()[0] == f"{key}={value}"
+    assert ("SlurmctldParameters=enable_expedited_requeue" in out) == (v >= "25.11")
+
+
+def _shell(script: str, asked: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", 'source "$0"; ' + script, str(LIB)], capture_output=True, text=True,
+                          timeout=30, env={"PATH": "/usr/bin:/bin", "SLURM_SNAP_SLURM": asked, **env})
+
+
+def test_shell_and_python_run_the_same_versions():
+    out = _shell('echo "$SLURM_SNAP_SLURM_VERSIONS"', "22.05")
+    assert tuple(out.stdout.split()) == version.TESTED
+
+
+@pytest.mark.parametrize("v", version.TESTED)
+def test_every_version_has_its_own_prefix_and_debians_are_pinned(v):
+    out = _shell('slurm_install_paths; echo "$SLURM_BIN $SLURM_INCLUDE $SLURM_SBIN $SLURM_PLUGIN_DIR"; '
+                 'debian_slurm_pin "$SLURM_SNAP_SLURM" && echo "$SLURM_DEB_VERSION|$SLURM_DEB_SUITE|$SLURM_DEB_PREFIX" '
+                 '&& echo "$SLURM_DEB_SHA256"', v)
+    lines = out.stdout.splitlines()
+    if v == "22.05":  # Debian 12's packages
+        assert lines == ["/usr/bin /usr/include /usr/sbin /usr/lib/x86_64-linux-gnu/slurm-wlm"]
+        return
+    if v == "25.11":  # the site's own, never installed by the scripts
+        assert lines == ["/opt/slurm-25.11/bin /opt/slurm-25.11/include /opt/slurm-25.11/sbin /opt/slurm-25.11/lib/slurm"]
+        return
+    deb_version, suite, prefix = lines[1].split("|")
+    assert deb_version.startswith(v + ".") and suite in ("trixie", "sid")
+    assert lines[0] == f"{prefix}/bin {prefix}/include {prefix}/sbin {prefix}/lib/slurm"
+    assert prefix.startswith(f"/opt/slurm-{v}.") and "+" not in prefix
+    pins = dict(line.split("=") for line in lines[2:])
+    # Every package of source slurm-wlm that is used, each by its SHA-256.
+    assert {"slurmd", "slurmctld", "slurm-client", "slurm-wlm-basic-plugins", "libslurm-dev"} <= set(pins)
+    assert all(len(sha) == 64 and int(sha, 16) >= 0 for sha in pins.values())
+
+
+def test_the_site_prefix_of_25_11_comes_from_the_environment():
+    out = _shell('slurm_install_paths; echo "$SLURM_BIN"', "25.11", SLURM_SNAP_SLURM_PREFIX="/site/slurm")
+    assert out.stdout.split() == ["/site/slurm/bin"]
+
+
+def test_a_missing_site_slurm_is_an_error_naming_what_to_install(tmp_path):
+    r = _shell('die() { echo "$*" >&2; exit 1; }; ensure_slurm; echo reached', "25.11",
+               SLURM_SNAP_SLURM_PREFIX=str(tmp_path / "none"))
+    assert r.returncode == 1 and "reached" not in r.stdout
+    assert f"missing {tmp_path}/none itself" in r.stderr and "install Slurm 25.11 under that prefix" in r.stderr
+    assert "never build" in r.stderr
+
+
+def test_a_site_prefix_of_another_series_is_refused(tmp_path):
+    for f in ("sbin/slurmctld", "sbin/slurmd", "sbin/slurmstepd", "bin/sbatch", "bin/squeue", "bin/scontrol",
+              "include/slurm/spank.h", "lib/slurm/auth_munge.so"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("#!/bin/sh\necho slurm 24.11.5\n")
+        (tmp_path / f).chmod(0o755)
+    r = _shell('die() { echo "$*" >&2; exit 1; }; ensure_slurm; echo reached', "25.11",
+               SLURM_SNAP_SLURM_PREFIX=str(tmp_path))
+    assert r.returncode == 1 and "says 'slurm 24.11.5', not Slurm 25.11" in r.stderr
+    (tmp_path / "lib" / "slurm" / "auth_munge.so").unlink()
+    r = _shell('die() { echo "$*" >&2; exit 1; }; ensure_slurm', "25.11", SLURM_SNAP_SLURM_PREFIX=str(tmp_path))
+    assert r.returncode == 1 and f"missing {tmp_path}/lib/slurm/auth_munge.so." in r.stderr
+
+
+def test_an_unknown_version_is_refused_naming_the_accepted_ones():
+    r = _shell("echo reached", "25.05")
+    assert r.returncode == 2 and "reached" not in r.stdout
+    assert "SLURM_SNAP_SLURM=25.05" in r.stderr and "22.05, 24.11, 25.11, 26.05" in r.stderr
+
+
+def test_expedited_requeue_and_sluid_from_25_11():
+    assert SlurmVersion(24, 11).expedited_requeue is None and not SlurmVersion(25, 5).job_sluid
+    assert SlurmVersion(25, 11).expedited_requeue == ("SlurmctldParameters", "enable_expedited_requeue")
+    assert SlurmVersion(26, 5).job_sluid and SlurmVersion(26, 5).own_metrics
+    assert SlurmVersion(25, 11, 7).series == "25.11" and SlurmVersion(22, 5).series == "22.05"
 
 
 def test_prolog_epilog_timeout_split_in_25_05():
@@ -197,7 +271,8 @@ def _choose(state: Path, asked: str) -> subprocess.CompletedProcess:
 def test_a_state_dir_keeps_the_slurm_it_was_brought_up_with(tmp_path):
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "slurm-version").write_text("24.11\n")
-    assert _choose(tmp_path, "").stdout.split() == ["24.11", "/opt/slurm-24.11/bin"]
+    (tmp_path / "etc" / "slurm-prefix").write_text("/opt/slurm-24.11.5-4_deb13u0\n")  # an older pin's
+    assert _choose(tmp_path, "").stdout.split() == ["24.11", "/opt/slurm-24.11.5-4_deb13u0/bin"]
     assert _choose(tmp_path, "24.11").returncode == 0
     refused = _choose(tmp_path, "22.05")
     assert refused.returncode == 1 and "brought up with SLURM_SNAP_SLURM=24.11" in refused.stderr
