@@ -125,6 +125,7 @@ def _build(cls, order: bool):
         if isinstance(cls.__dict__.get(name), factory):
             delattr(cls, name)   # as dataclasses do: no class attribute for a made-fresh default
     fields = tuple(names)
+    values = _values_getter(fields)
     own = {
         "__record_fields__": fields, "__record_defaults__": defaults, "__record_order__": order,
         "__match_args__": fields, "__setattr__": _frozen, "__delattr__": _frozen,
@@ -135,12 +136,12 @@ def _build(cls, order: bool):
         "__init__": _generic_init(cls, fields, defaults),
         "__repr__": lambda self: f"{type(self).__qualname__}(" + ", ".join(
             f"{n}={getattr(self, n)!r}" for n in fields) + ")",
-        "__eq__": lambda self, other: (_values(self) == _values(other) if other.__class__ is self.__class__
-                                       else NotImplemented),
-        "__hash__": lambda self: hash(_values(self)),
+        "__eq__": lambda self, other: ((self is other or values(self) == values(other))
+                                       if other.__class__ is self.__class__ else NotImplemented),
+        "__hash__": lambda self: hash(values(self)),
     }
     if order:
-        made.update({op: _comparison(test) for op, test in (("__lt__", tuple.__lt__), ("__le__", tuple.__le__),
+        made.update({op: _comparison(test, values) for op, test in (("__lt__", tuple.__lt__), ("__le__", tuple.__le__),
                                                              ("__gt__", tuple.__gt__), ("__ge__", tuple.__ge__))})
     for attr, value in own.items():
         setattr(cls, attr, value)
@@ -153,15 +154,34 @@ def _build(cls, order: bool):
     return cls
 
 
-def _values(obj) -> tuple:
-    return tuple(getattr(obj, n) for n in type(obj).__record_fields__)
+def _values_getter(fields: tuple[str, ...]):
+    """obj -> the tuple of its field values, by operator.attrgetter (in C):
+    the coordinator compares thousands of acknowledgements per barrier
+    (protocol/ackledger.py). Built on first use: the hooks never compare."""
+    got = None
+
+    def values(obj) -> tuple:
+        nonlocal got
+        if got is None:
+            from operator import attrgetter
+
+            if len(fields) > 1:
+                got = attrgetter(*fields)
+            elif fields:
+                one = attrgetter(fields[0])
+                got = lambda o: (one(o),)  # noqa: E731
+            else:
+                got = lambda o: ()  # noqa: E731
+        return got(obj)
+
+    return values
 
 
-def _comparison(test):
+def _comparison(test, values):
     def compare(self, other):
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return test(_values(self), _values(other))
+        return test(values(self), values(other))
     return compare
 
 

@@ -215,6 +215,29 @@ def test_a_record_made_often_gets_a_compiled_init_that_behaves_the_same():
         _Part()
 
 
+def test_records_compare_and_hash_as_dataclasses_do_whatever_their_number_of_fields():
+    @record(order=True)
+    class Zero:
+        pass
+
+    @record(order=True)
+    class One:
+        a: int
+
+    @dataclasses.dataclass(frozen=True, order=True)
+    class OneDC:
+        a: int
+
+    nan = float("nan")
+    assert Zero() == Zero() and not Zero() < Zero() and hash(Zero()) == hash(Zero())
+    assert One(1) == One(1) and One(1) != One(2) and One(1) < One(2) and sorted([One(3), One(1)]) == [One(1), One(3)]
+    assert hash(One(1)) == hash(One(1)) and len({One(1), One(1), One(2)}) == 2
+    assert One(1) != OneDC(1) and One(1).__eq__(OneDC(1)) is NotImplemented
+    x = One(nan)
+    assert (x == x) == (OneDC(nan) == OneDC(nan)) == (One(nan) == One(nan))   # both: tuple identity
+    assert _Part("a", 3) == _Part("a", 3) and _Part("a", 3) != _Part("a", 4) and _Version(2, 1) > _Version(1, 9)
+
+
 # --- plainjson --------------------------------------------------------------------------------
 def _value(rnd: random.Random, depth: int = 0):
     kinds = 10 if depth < 3 else 7
