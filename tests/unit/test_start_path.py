@@ -72,7 +72,8 @@ def test_the_node_prologs_imports_are_light(site):
         "specs = volumes.specs_for_job(c, volumes.parse_declaration(c, ['scratch']), ['n1', 'n2'], 7)\n"
         "from slurm_snap.jobrecords import JobRecord\n"
         "from slurm_snap.plainjson import dumps; dumps(JobRecord(job_id=7, restart_count=0, user='u', "
-        "nodes=('n1',), signal='SIGUSR1', volumes=tuple(specs)).to_json())", env)
+        "nodes=('n1',), signal='SIGUSR1', volumes=tuple(specs)).to_json())\n"
+        "from slurm_snap.spool import has_entries; has_entries(c.spool.directory)", env)
     assert not loaded & HEAVY, sorted(loaded & HEAVY)
     assert not {m for m in loaded if m.split(".")[0] in ("click", "sqlalchemy", "paramiko")}
 
