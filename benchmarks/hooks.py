@@ -7,7 +7,7 @@ A. The Prolog entry point (prolog/slurm-snap-prolog, installed with HELPER
      - a job that did (head node of a 3-node job declaring scratch,pfs), with a
        real config, SQLite inventory and btrfs volume classes on a loop device;
        every run is a new job, so each creates its per-job subvolume and
-       records the job, as on a real node: target under 100 ms added.
+       records the job, as on a real node: target at most 30 ms added (issue 36).
    Each pair is timed interleaved; medians.
 B. With --cluster STATE (a scripts/dev-cluster, multi-host): short 1-node jobs
    submitted on login with and without slurm-snap options, interleaved; from slurmctld's own
@@ -37,7 +37,8 @@ from common import Row, Unavailable  # noqa: E402
 HELPER = os.path.join(os.path.dirname(common.VENV_PY), "slurm-snap")
 PROLOG_SRC = os.path.join(common.REPO, "prolog", "slurm-snap-prolog")
 OPTED_OUT_TARGET_MS = 5.0     # "within a few ms of empty"
-OPTED_IN_TARGET_MS = 100.0    # "under 100 ms added"
+OPTED_IN_TARGET_MS = 30.0     # issue 36: "at most +30 ms" (issue 9 asked < 100 ms)
+SBATCH_TARGET_MS = 30.0       # issue 36: sbatch with options at most +30 ms over sbatch alone
 NODES = ("n1", "n2", "n3")
 IMPORTS = "import slurm_snap.entry, slurm_snap.hooks.run, slurm_snap.hooks.jobhooks, slurm_snap.backends.factory, slurm_snap.backends.btrfs"
 
@@ -152,7 +153,7 @@ def bench_entry_point(quick: bool) -> list[Row]:
             "empty Prolog", "added", f"< {OPTED_OUT_TARGET_MS:g} ms added", added_out < OPTED_OUT_TARGET_MS,
             f"median of {s_out['n']}, p90 {s_out['p90']:.2f} ms", {"opted_out": s_out, "empty": s_empty_a}),
         Row("hooks", "Prolog entry point, job opted in (btrfs)", s_in["median"], s_empty_b["median"], "ms",
-            "empty Prolog", "added", f"< {OPTED_IN_TARGET_MS:g} ms added", added_in < OPTED_IN_TARGET_MS,
+            "empty Prolog", "added", f"<= {OPTED_IN_TARGET_MS:g} ms added", added_in <= OPTED_IN_TARGET_MS,
             f"median of {s_in['n']}, p90 {s_in['p90']:.0f} ms; {verified}", {"opted_in": s_in, "empty": s_empty_b}),
         Row("hooks", "  of which: Python interpreter start", s_py["median"], s_empty_b["median"], "ms",
             "empty Prolog", "added"),
@@ -258,13 +259,15 @@ def bench_cluster(state: str, quick: bool) -> list[Row]:
     added = o["alloc_done"]["median"] - p["alloc_done"]["median"]
     return [
         Row("hooks", "cluster: allocation -> job done (1 node)", o["alloc_done"]["median"],
-            p["alloc_done"]["median"], "ms", "job without options", "added", f"< {OPTED_IN_TARGET_MS:g} ms added",
-            added < OPTED_IN_TARGET_MS, f"median of {n}; both Prologs + /bin/true batch script", stats),
+            p["alloc_done"]["median"], "ms", "job without options", "added", f"<= {OPTED_IN_TARGET_MS:g} ms added",
+            added <= OPTED_IN_TARGET_MS, f"median of {n}; both Prologs + /bin/true batch script", stats),
         Row("hooks", "cluster: submit -> job done (1 node)", o["submit_done"]["median"],
             p["submit_done"]["median"], "ms", "job without options", "added", "",
             None, "includes waiting for the scheduler's 1 s tick (random phase, both variants)"),
         Row("hooks", "cluster: sbatch command (SPANK validation)", o["sbatch"]["median"], p["sbatch"]["median"], "ms",
-            "sbatch without options", "added", "", None, "submit path, not start path"),
+            "sbatch without options", "added", f"<= +{SBATCH_TARGET_MS:g} ms",
+            o["sbatch"]["median"] - p["sbatch"]["median"] <= SBATCH_TARGET_MS,
+            f"median of {n}; submit path, not start path"),
     ]
 
 

@@ -69,7 +69,7 @@ ensure_packages() {
 # Hash of what pip would install, to reinstall only when the project changed.
 project_hash() {
 	# README.md/LICENSE may not exist yet: find's complaint must not fail the pipe.
-	(cd "$REPO" && { find pyproject.toml slurm_snap README.md LICENSE -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 2>/dev/null || true; } |
+	(cd "$REPO" && { find pyproject.toml bin slurm_snap README.md LICENSE -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 2>/dev/null || true; } |
 		LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
 }
 
@@ -84,7 +84,7 @@ project_hash() {
 install_project() {
 	local tmp whl rc=0
 	tmp=$(mktemp -d /tmp/slurm-snap-pip.XXXXXX)
-	(cd "$REPO" && cp -a pyproject.toml slurm_snap "$tmp/" && for f in README.md LICENSE; do [ -e "$f" ] && cp -a "$f" "$tmp/"; done; true)
+	(cd "$REPO" && cp -a pyproject.toml bin slurm_snap "$tmp/" && for f in README.md LICENSE; do [ -e "$f" ] && cp -a "$f" "$tmp/"; done; true)
 	find "$tmp" -name __pycache__ -prune -exec rm -rf {} +
 	{
 		"$VENV/bin/pip" wheel --disable-pip-version-check -q --no-deps -w "$tmp/dist" "$tmp" &&

@@ -11,12 +11,12 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-from dataclasses import dataclass
 
+from .record import record
 from .errors import PermissionDenied
 
 
-@dataclass(frozen=True)
+@record
 class Caller:
     uid: int
     name: str

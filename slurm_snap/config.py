@@ -13,17 +13,11 @@ they check, so a new key and its rule are added in one file.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
-import re
-import signal as _signal
-import tomllib
-import types
-import typing
-from dataclasses import dataclass, field
-from pathlib import Path
 
+from . import configcache
 from .errors import ConfigError
+from .record import factory, record
 from .states import WANT_APP, WANTED
 
 DEFAULT_PATH = "/etc/slurm-snap/slurm-snap.toml"
@@ -33,7 +27,7 @@ SCOPES = ("node-local", "shared")
 POLICIES = ("open", "closed")
 
 
-@dataclass(frozen=True)
+@record
 class InventoryConfig:
     # SQLite must sit on a local disk of the host that runs the coordinator and
     # the slurmctld hooks; PostgreSQL/MariaDB URLs may be written from any host.
@@ -42,7 +36,7 @@ class InventoryConfig:
     busy_timeout: float = 30.0
 
 
-@dataclass(frozen=True)
+@record
 class ServiceConfig:
     # On the controller: where `slurm-snap serve` listens ("ADDR[:PORT]",
     # port 6830 when left out: none of Slurm's 6817-6820). Nodes and login
@@ -75,7 +69,7 @@ class ServiceConfig:
     sweep_after: float = 30.0
 
 
-@dataclass(frozen=True)
+@record
 class PathsConfig:
     # Users may only declare volumes below these roots; no symlink below a
     # root is ever followed.
@@ -90,14 +84,14 @@ class PathsConfig:
     log_dir: str = "/var/log/slurm-snap"
 
 
-@dataclass(frozen=True)
+@record
 class NodeConfig:
     # This host's Slurm node name, for its agent's node tasks (slurm_snap/nodetasks):
     # "" = the short host name (NodeName is the host name at most sites).
     name: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class SpoolConfig:
     # Each node's own durable spool of what its Epilogs cut while the service
     # or the database was away (slurm_snap/spool): on the node's local disk,
@@ -111,7 +105,7 @@ class SpoolConfig:
     reserve_bytes: int = 4 << 20
 
 
-@dataclass(frozen=True)
+@record
 class ProtocolConfig:
     # Sent to every rank to ask for a checkpoint (ranks also take SIGTERM as
     # one); cli_filter.lua is written from it (`config cli-filter`).
@@ -127,7 +121,7 @@ class ProtocolConfig:
     early_release: bool = True
 
 
-@dataclass(frozen=True)
+@record
 class TimeoutsConfig:
     # Seconds from the checkpoint request to the last rank's acknowledgement;
     # request + barrier + cut must fit the partition's GraceTime (doctor checks).
@@ -143,7 +137,7 @@ class TimeoutsConfig:
     slurm_command: float = 10.0
 
 
-@dataclass(frozen=True)
+@record
 class HooksConfig:
     # "open": a failing hook records why and exits 0, so slurm-snap never
     # drains a node; "closed": it exits non-zero and Slurm fails the job.
@@ -158,7 +152,7 @@ class HooksConfig:
         return self.record_in_background and self.failure_policy != "closed"
 
 
-@dataclass(frozen=True)
+@record
 class AccessConfig:
     # Users who, besides a job's owner, may act on any job.
     operator_users: tuple[str, ...] = ("root",)
@@ -166,7 +160,7 @@ class AccessConfig:
     operator_group: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class SshConfig:
     # The SSH transport (to compute nodes, a Lustre MGS, a GPFS manager) logs
     # in as this user, with this private key only.
@@ -182,10 +176,10 @@ class SshConfig:
     host_template: str = "{node}"
     # Node name -> host or address, for nodes whose name does not resolve
     # (Slurm's NodeAddr differs from NodeName); consulted before host_template.
-    addresses: dict = field(default_factory=dict)
+    addresses: dict = factory(dict)
 
 
-@dataclass(frozen=True)
+@record
 class RestoreConfig:
     # Refuse a restore target outside the snapshot's site/region.
     enforce_residency: bool = False
@@ -232,7 +226,7 @@ class RestoreConfig:
     queue_timeout: float = 600.0
 
 
-@dataclass(frozen=True)
+@record
 class RepairConfig:
     # A node Slurm has DOWN, DRAIN(ED) or FAIL with a reason matching this
     # (case-insensitive) is lost with its disk: `repair` makes every set whose
@@ -244,14 +238,14 @@ class RepairConfig:
     probe_parts: bool = True
 
 
-@dataclass(frozen=True)
+@record
 class ScheduleConfig:
     # Partition -> interval of periodic snapshots for jobs that did not ask
     # with --snapshot-every ("*" = every partition), e.g. {"gpu" = "2h"}.
-    every: dict = field(default_factory=dict)
+    every: dict = factory(dict)
     # Partition -> the shortest interval a job there gets ("*" = every
     # partition): a job asking for less is snapshotted at this.
-    min_every: dict = field(default_factory=dict)
+    min_every: dict = factory(dict)
     # Sets one runner pass takes at once; each start waits signal_gap
     # seconds after the previous, so jobs due together are not signalled together.
     concurrency: int = 4
@@ -261,7 +255,7 @@ class ScheduleConfig:
     drills: int = 2
 
 
-@dataclass(frozen=True)
+@record
 class SlurmConfig:
     # slurm.conf as slurmctld reads it. PrologSlurmctld and EpilogSlurmctld
     # run without SLURM_CONF (measured on 22.05): without this, their squeue
@@ -275,7 +269,7 @@ class SlurmConfig:
     bin_dir: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class VolumeClass:
     # What users write in --snapshot-volumes: letters, digits, - or _.
     name: str
@@ -300,7 +294,7 @@ class VolumeClass:
     # The host a shared class's tools run on with transport "ssh" (a Lustre MGS).
     host: str = ""
     # The backend's own settings ([volume_class.options]; docs/backends.md).
-    options: dict = field(default_factory=dict)
+    options: dict = factory(dict)
 
     def prefix_for(self, node: str | None) -> str:
         # "{node}" lets several slurmd on one host keep separate scratch trees
@@ -311,7 +305,7 @@ class VolumeClass:
         return f"{self.prefix_for(node)}/jobs/{job_id}"
 
 
-@dataclass(frozen=True)
+@record
 class Config:
     path: str
     inventory: InventoryConfig = InventoryConfig()
@@ -366,6 +360,8 @@ class Config:
 
     @property
     def signal_number(self) -> int:
+        import _signal  # the C module: `signal` would import enum on the hooks' path
+
         return int(getattr(_signal, self.protocol.checkpoint_signal))
 
 
@@ -397,21 +393,36 @@ def default_path() -> str:
 def load(path: str | os.PathLike | None = None) -> Config:
     path = str(path or default_path())
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = configcache.read(path, st)
+            if data is not None:   # validated by an earlier process, file unchanged
+                return _from_dict(data, path)
+            raw = f.read()
     except FileNotFoundError:
         raise ConfigError(path=path, key="(file)", why="no such file") from None
     except OSError as exc:
         raise ConfigError(path=path, key="(file)", why=exc.strerror or str(exc)) from None
+    import tomllib  # here, not at the top: a cached configuration needs no TOML parser
+
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(path=path, key="(file)", why=f"not UTF-8 at byte {exc.start}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path=path, key="(syntax)", why=str(exc)) from None
-    return from_dict(data, path)
+    cfg = from_dict(data, path)
+    configcache.write(path, st, data)
+    return cfg
 
 
 def from_dict(data: dict, path: str = "<memory>") -> Config:
+    cfg = _from_dict(data, path)
+    _check_semantics(cfg)
+    return cfg
+
+
+def _from_dict(data: dict, path: str) -> Config:
     kwargs: dict = {"path": path}
     for key, value in data.items():
         if key in SECTIONS:
@@ -424,63 +435,55 @@ def from_dict(data: dict, path: str = "<memory>") -> Config:
             )
         else:
             raise ConfigError(path=path, key=key, why="unknown key")
-    cfg = Config(**kwargs)
-    _check_semantics(cfg)
-    return cfg
+    return Config(**kwargs)
 
 
 def _build(cls, value, path: str, where: str):
     if not isinstance(value, dict):
         raise ConfigError(path=path, key=where, why="must be a table")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, item in value.items():
-        if key not in names:
+        if key not in cls.__record_fields__:
             raise ConfigError(path=path, key=f"{where}.{key}", why="unknown key")
-        kwargs[key] = _coerce(hints[key], item, path, f"{where}.{key}")
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # a required key is missing
-        missing = [f.name for f in dataclasses.fields(cls)
-                   if f.name not in kwargs and f.default is dataclasses.MISSING
-                   and f.default_factory is dataclasses.MISSING]
-        raise ConfigError(path=path, key=f"{where}.{missing[0] if missing else '?'}",
-                          why="required key missing") from exc
+        kwargs[key] = _coerce(cls.__annotations__[key], item, path, f"{where}.{key}")
+    missing = [name for name in cls.__record_fields__ if name not in kwargs and name not in cls.__record_defaults__]
+    if missing:
+        raise ConfigError(path=path, key=f"{where}.{missing[0]}", why="required key missing")
+    return cls(**kwargs)
 
 
-def _coerce(hint, item, path: str, key: str):
+def _coerce(hint: str, item, path: str, key: str):
+    """`item` as the type the key is annotated with (the annotation's text:
+    this module's annotations are strings, and reading them as such needs no
+    `typing`)."""
     def bad(expected: str):
         return ConfigError(path=path, key=key, why=f"expected {expected}, got {type(item).__name__} {item!r}")
 
-    origin = typing.get_origin(hint)
-    if hint is bool:
+    if hint == "bool":
         if not isinstance(item, bool):
             raise bad("a boolean")
         return item
-    if hint is int:
+    if hint == "int":
         if isinstance(item, bool) or not isinstance(item, int):
             raise bad("an integer")
         return item
-    if hint is float:
+    if hint == "float":
         if isinstance(item, bool) or not isinstance(item, (int, float)):
             raise bad("a number")
         return float(item)
-    if hint is str:
+    if hint == "str":
         if not isinstance(item, str):
             raise bad("a string")
         return item
-    if hint is dict:
+    if hint == "dict":
         if not isinstance(item, dict):
             raise bad("a table")
         return item
-    if origin is tuple:
+    if hint == "tuple[str, ...]":
         if not isinstance(item, list) or not all(isinstance(x, str) for x in item):
             raise bad("an array of strings")
         return tuple(item)
-    if origin in (typing.Union, types.UnionType):
-        raise bad(str(hint))
-    raise bad(str(hint))
+    raise bad(hint)
 
 
 def _check_semantics(cfg: Config) -> None:
@@ -491,6 +494,8 @@ def _check_semantics(cfg: Config) -> None:
     if cfg.protocol.default_consistency not in WANTED:
         raise ConfigError(path=p, key="protocol.default_consistency",
                           why=f"{cfg.protocol.default_consistency!r} is not one of {', '.join(WANTED)}")
+    import signal as _signal
+
     sig = cfg.protocol.checkpoint_signal
     # Signals, not the other IntEnums of the module (SIG_DFL, SIG_IGN, SIG_BLOCK... are ints too).
     if not (sig.startswith("SIG") and isinstance(getattr(_signal, sig, None), _signal.Signals)) \
@@ -583,6 +588,8 @@ def _check_schedule(cfg: Config) -> None:
         raise ConfigError(path=p, key="schedule.drills", why="must not be negative")
     if sch.signal_gap < 0:
         raise ConfigError(path=p, key="schedule.signal_gap", why="must not be negative")
+    import re
+
     try:
         re.compile(cfg.repair.lost_reason, re.I)
     except re.error as exc:
@@ -608,6 +615,8 @@ def _check_schedule(cfg: Config) -> None:
 
 def as_dict(cfg: Config) -> dict:
     """The effective configuration, for `config check` and the doctor."""
+    import dataclasses
+
     out = dataclasses.asdict(cfg)
     out["volume_class"] = out.pop("volume_classes")
     return out

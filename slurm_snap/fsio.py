@@ -12,12 +12,12 @@ Two strengths, chosen by the caller:
 """
 from __future__ import annotations
 
+import _thread
 import errno
-import hashlib
-import json
 import os
 import stat
-import threading
+
+from .plainjson import dumps
 
 _HASH_CHUNK = 1 << 20
 MAX_JSON_BYTES = 1 << 20
@@ -59,6 +59,8 @@ def parent_dirs(path: str, root: str | None) -> list[str]:
 
 
 def sha256_file(path: str) -> str:
+    import hashlib  # here: its OpenSSL binding costs the hooks' start path ~3 ms, and only ranks hash
+
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(_HASH_CHUNK):
@@ -84,7 +86,7 @@ def atomic_write(path: str, data: bytes, *, mode: int = 0o600, durable: bool = T
     try:
         # pid + thread + random: a temporary left by a crashed writer whose pid
         # was reused must not make O_EXCL fail.
-        tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.{os.urandom(4).hex()}.tmp"
+        tmp = f".{name}.{os.getpid()}.{_thread.get_ident()}.{os.urandom(4).hex()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
                      dir_fd=dfd)
         try:
@@ -121,7 +123,7 @@ def is_temporary(name: str, of: str) -> bool:
 
 def write_json(path: str, data, **kwargs) -> str:
     """atomic_write of one JSON document (sorted keys, trailing newline)."""
-    return atomic_write(path, json.dumps(data, sort_keys=True).encode() + b"\n", **kwargs)
+    return atomic_write(path, dumps(data, sort_keys=True).encode() + b"\n", **kwargs)
 
 
 def _read_untrusted(path: str, max_bytes: int, owner_uid: int) -> bytes | None:
@@ -168,6 +170,8 @@ def read_json(path: str, max_bytes: int = MAX_JSON_BYTES, *, owner_uid: int | No
             return None
     if len(raw) > max_bytes:
         raise ValueError(f"larger than {max_bytes} bytes")
+    import json  # here: the Prolog of a first run reads nothing
+
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
 
+from .record import record
 from .errors import PathError
 
 MAX_PATH = 4096
@@ -67,7 +67,7 @@ def root_for(path: str, roots) -> str | None:
     return best
 
 
-@dataclass(frozen=True)
+@record
 class Resolved:
     path: str
     root: str

@@ -11,14 +11,23 @@ snapshot directory.
 """
 from __future__ import annotations
 
-import datetime as dt
+import os
 import posixpath
 
 from slurm_snap import errors
 from slurm_snap.backends.base import (Backend, Capabilities, SnapshotRef, check_abs_path,
                                       check_name)
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import datetime as dt
+
 BTRFS_ROOT_INODE = 256  # every subvolume's root directory has this inode number
+
+# linux/btrfs.h: BTRFS_IOC_SUBVOL_CREATE = _IOW(0x94, 14, struct btrfs_ioctl_vol_args),
+# the struct being {__s64 fd; char name[4088];}: what `btrfs subvolume create` calls.
+_IOC_SUBVOL_CREATE = 0x5000940E
+_VOL_ARGS_NAME = 4088
 
 
 def parse_show(text: str) -> dict[str, str]:
@@ -32,6 +41,8 @@ def parse_show(text: str) -> dict[str, str]:
 
 
 def parse_time(value: str | None) -> dt.datetime | None:
+    import datetime as dt   # here: the Prolog's create_volume reads no time
+
     try:
         return dt.datetime.strptime(value or "", "%Y-%m-%d %H:%M:%S %z").astimezone(dt.timezone.utc)
     except ValueError:
@@ -174,10 +185,38 @@ class BtrfsBackend(Backend):
         if self.path_exists(path):
             raise errors.AlreadyExists(what="volume", value=path)
         # A subvolume, not a directory: only a subvolume can be snapshotted alone.
-        self.run("btrfs", "subvolume", "create", "--", path)
+        if self.transport.local and not self.options["tool_dir"]:
+            # The tool's own ioctl, here: the Prolog creates one per volume on
+            # every opted-in job's start, and a `btrfs` process costs ~3 ms.
+            _subvol_create(path)
+        else:
+            self.run("btrfs", "subvolume", "create", "--", path)
         return path
 
     def clone(self, ref: SnapshotRef, target: str) -> str:
         target = self.check_clone_target(ref, target)
         self.run("btrfs", "subvolume", "snapshot", "--", ref.ref, target)
         return target
+
+
+def _subvol_create(path: str) -> None:
+    """`btrfs subvolume create PATH` as its ioctl on PATH's parent directory;
+    a failure is the tool's (CommandFailed, with the kernel's reason)."""
+    import fcntl
+
+    parent, name = posixpath.split(path)
+    raw = os.fsencode(name)
+    args = bytearray(8 + _VOL_ARGS_NAME)
+    try:
+        if not raw or len(raw) >= _VOL_ARGS_NAME:
+            raise OSError(36, os.strerror(36))   # ENAMETOOLONG, as the tool says it
+        args[8:8 + len(raw)] = raw
+        fd = os.open(parent or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.ioctl(fd, _IOC_SUBVOL_CREATE, args)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        why = "not a btrfs filesystem" if exc.errno == 25 else exc.strerror   # ENOTTY: another filesystem
+        raise errors.CommandFailed(argv0="btrfs", status=1, argv=["btrfs", "subvolume", "create", "--", path],
+                                   host="localhost", stderr=f"ERROR: cannot create subvolume '{path}': {why}") from None

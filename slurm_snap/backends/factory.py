@@ -3,17 +3,17 @@ host. The only place that decides which transport a class's tools run over,
 so the protocol, hooks and restore drills cannot disagree about it."""
 from __future__ import annotations
 
-import dataclasses
-import threading
+import _thread
 
 from ..config import Config, VolumeClass
 from ..errors import ConfigError
+from ..record import replace
 from .base import Backend, SnapshotRef
 from .registry import get_backend
 from .transport import LocalTransport, Transport
 
 _cache: dict[tuple, Backend] = {}
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()   # threading's import costs the hooks' start; the lock is the same
 
 
 def transport_for(cfg: Config, vc: VolumeClass, node: str | None, *, local: bool = False) -> Transport:
@@ -65,7 +65,7 @@ def backend_on_node(cfg: Config, class_name: str, node: str) -> Backend:
     if vc is None:
         raise ConfigError(path=cfg.path, key="volume_class", why=f"class {class_name!r} is no longer configured")
     if vc.transport != "ssh":
-        vc = dataclasses.replace(vc, transport="ssh")
+        vc = replace(vc, transport="ssh")
     return backend_for_class(cfg, vc, node)
 
 

@@ -14,12 +14,15 @@ and scan every installed distribution on each job's start path.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any, Mapping
+import sys
 
 from slurm_snap import errors
 from slurm_snap.backends.base import Backend
 from slurm_snap.backends.transport import LocalTransport, Transport
+
+TYPE_CHECKING = False   # typing's import would cost every opted-in Prolog ~10 ms
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 GROUP = "slurm_snap.backends"
 
@@ -85,7 +88,10 @@ class Registry:
                                        why=f"unknown (known: {', '.join(self.names())})")
         if name not in self._classes:
             module, _, attr = self._targets[name].partition(":")
-            cls = getattr(importlib.import_module(module), attr)
+            # __import__, not importlib.import_module: the `importlib` package
+            # (and the warnings module it loads) is ~1 ms of the Prolog.
+            __import__(module)
+            cls = getattr(sys.modules[module], attr)
             if not (isinstance(cls, type) and issubclass(cls, Backend)):
                 raise errors.ConfigError(path=f"entry point {GROUP}", key=name,
                                          why=f"{self._targets[name]} is not a Backend subclass")

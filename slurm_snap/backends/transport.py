@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import abc
 import os
-import signal
-import subprocess
-import tempfile
-from dataclasses import dataclass
-from typing import Mapping, Sequence
 
-from slurm_snap import errors
+from slurm_snap import errors, spawn
+from slurm_snap.record import record
+
+TYPE_CHECKING = False   # typing's import would cost every opted-in Prolog ~10 ms
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Mapping, Sequence
 
 FIXED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-@dataclass(frozen=True)
+@record
 class Result:
     status: int
     stdout: bytes
@@ -44,6 +45,9 @@ class Transport(abc.ABC):
     """Runs an argv somewhere. `where` names the host in error messages."""
 
     where: str = "localhost"
+    # Runs on this host, as this process: backends may then ask the kernel
+    # about a path instead of running a tool (base.Backend's path helpers).
+    local: bool = False
 
     @abc.abstractmethod
     def run(self, argv: Sequence[str], timeout: float, input: bytes | None = None) -> Result:
@@ -119,6 +123,8 @@ class _LocalStream(Stream):
             self.proc.stdin.close()
 
     def wait(self, timeout: float) -> Result:
+        import subprocess
+
         try:
             status = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -137,6 +143,8 @@ class _LocalStream(Stream):
         return Result(status, b"", stderr)
 
     def kill(self) -> None:
+        import signal
+
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -144,7 +152,7 @@ class _LocalStream(Stream):
 
 
 class LocalTransport(Transport):
-    """subprocess with an argv, stdin /dev/null, fixed PATH, kill-on-timeout.
+    """A tool run with an argv (slurm_snap.spawn), stdin /dev/null, fixed PATH, kill-on-timeout.
 
     `extra_env` adds variables to the fixed environment (tests point fake
     tools at their state directory this way); nothing else is inherited, so a
@@ -152,6 +160,7 @@ class LocalTransport(Transport):
     """
 
     where = "localhost"
+    local = True
 
     def __init__(self, extra_env: Mapping[str, str] | None = None):
         self.env = {"PATH": FIXED_PATH, "LC_ALL": "C", **(extra_env or {})}
@@ -166,6 +175,9 @@ class LocalTransport(Transport):
         return None
 
     def open(self, argv: Sequence[str], timeout: float, *, reads: bool, writes: bool) -> Stream:
+        import subprocess
+        import tempfile
+
         argv = _check_argv(argv)
         # stderr to a file, not a pipe nobody reads while the data flows: a
         # chatty tool would otherwise block on a full pipe and hang the transfer.
@@ -183,27 +195,14 @@ class LocalTransport(Transport):
     def run(self, argv: Sequence[str], timeout: float, input: bytes | None = None) -> Result:
         argv = _check_argv(argv)
         try:
-            # A new session so a timeout kills the tool's children too (a
-            # hung `btrfs` may have forked helpers holding our pipes).
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
-                close_fds=True, start_new_session=True)
+            # A new session (spawn gives one) so a timeout kills the tool's
+            # children too (a hung `btrfs` may have forked helpers holding our pipes).
+            status, out, err = spawn.run(argv, self.env, timeout, input)
         except FileNotFoundError:
             raise errors.ToolMissing("local", argv[0]) from None
         except PermissionError as e:
             raise errors.CommandFailed(argv0=argv[0], status=126, stderr=str(e), argv=argv,
                                        host=self.where) from None
-        try:
-            out, err = proc.communicate(input, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass  # a grandchild left the session holding our pipes; give up on them
+        except spawn.Expired:
             raise errors.Timeout(what=" ".join(argv[:3]), seconds=timeout) from None
-        return Result(proc.returncode, out, err)
+        return Result(status, out, err)

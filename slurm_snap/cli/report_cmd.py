@@ -101,25 +101,28 @@ def command(ctx, jobs, users, partitions, all_users, start, end, states, allocat
             click.echo(describe_filter(f, tz), err=True)
         need_snaps = as_json or snapshots or any(fd.column.needs_snaps for fd in fields)
         need_drills = (as_json or any(fd.column.needs_drills for fd in fields)) and not by_user
-        rows = load_rows(repo, f, need_snaps=need_snaps and not by_user, need_drills=need_drills)
+        rows = load_rows(repo, f, need_snaps=need_snaps and not by_user,
+                         keys=None if as_json or by_user else _keys(fields, rpo_missed),
+                         need_drills=need_drills)
     if rpo_missed:
         # After the load: the objective and the RPO base are per job, known once rows are.
         rows = [r for r in rows if r.rpo_missed(now)]
 
+    getters = [fd.column.get for fd in fields]   # looked up once, not per line
     if by_user:
         summary = byuser.summarize(rows, now)
         if as_json:
             click.echo(json.dumps({**envelope("report"), "version": VERSION, "generated_at": iso_utc(now),
                                    "users": [u.doc() for u in summary]}, indent=2))
             return
-        values = ([fd.column.get(u, None, env) for fd in fields] for u in summary)
+        values = ([get(u, None, env) for get in getters] for u in summary)
     elif as_json:
         click.echo(json.dumps(report_doc(rows, now=now, f=f), indent=2))
         return
     elif snapshots:
-        values = ([fd.column.get(r, s, env) for fd in fields] for r in rows for s in r.snaps)
+        values = ([get(r, s, env) for get in getters] for r in rows for s in r.snaps)
     else:
-        values = ([fd.column.get(r, None, env) for fd in fields] for r in rows)
+        values = ([get(r, None, env) for get in getters] for r in rows)
     layout = table.PARSABLE2 if parsable2 else table.PARSABLE if parsable else table.FIXED
     emit(table.render(fields, values, layout=layout, header=not noheader, delimiter=delimiter))
 
@@ -152,6 +155,16 @@ def _fields(fmt: str | None, long_: bool, by_user: bool, snapshots: bool):
     except BadValueError as exc:
         raise BadValueError(what=f"${FORMAT_ENV} ({exc.kwargs.get('what', 'format')})",
                             value=exc.kwargs.get("value", env), why=exc.kwargs.get("why", str(exc))) from None
+
+
+def _keys(fields, rpo_missed: bool) -> frozenset[str] | None:
+    """The set columns the chosen fields print (None: some field does not say)."""
+    keys = {"snapshot_every"} if rpo_missed else set()
+    for fd in fields:
+        if fd.column.keys is None:
+            return None
+        keys.update(fd.column.keys)
+    return frozenset(keys)
 
 
 def describe_filter(f, tz) -> str:

@@ -17,23 +17,22 @@ Each is idempotent (Slurm may run a hook twice) and runs under hooks.policy.
 """
 from __future__ import annotations
 
-import logging
 import os
 import time
-from dataclasses import dataclass
 
 from .. import paths
 from ..config import Config
 from ..errors import PathError, SnapError, Unsupported, VolumesRefused
-from ..inventory.records import Refusal
 from ..jobrecords import BY_EPILOG, SIGNAL_SLACK, JobRecord, TimeLimitRecord, VolumeRecord, preempt_epoch
+from ..lazylog import getLogger
+from ..record import record
 from ..slurm import hooknames
 from ..slurm.jobenv import JobEnv
 from ..jobdir import JobDir
 from .policy import OverBudget, remaining
 from .volumes import check_snapshottable, parse_declaration, specs_for_job
 
-log = logging.getLogger(__name__)
+log = getLogger(__name__)
 
 # Seconds between the preemption and the kill beyond GraceTime (SLURM-LAB.md).
 PREEMPT_SLACK = 12
@@ -90,6 +89,8 @@ def prolog(cfg: Config, inv, job: JobEnv) -> str:
         except PathError as exc:
             # The declaration is at fault, not the node: prepare the others,
             # then make sure the user hears of it (below).
+            from ..inventory.records import Refusal
+
             refused.append(Refusal(node=spec.node, path=spec.path, why=exc.kwargs.get("why") or str(exc)))
     if refused and cfg.hooks.failure_policy == "closed":
         # The job will not run: no notice to print, but report/show say why.
@@ -189,7 +190,7 @@ def _prepare_volume(cfg: Config, spec: VolumeRecord, job: JobEnv, *, create: boo
     os.chmod(spec.path, 0o750)
 
 
-@dataclass(frozen=True)
+@record
 class Stop:
     """Why the epilogs of an opted-in job cut a set, from squeue and the
     time-limit record: `trigger` is "preempt" or "timelimit" ("" for

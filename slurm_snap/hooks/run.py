@@ -76,7 +76,7 @@ def run_named(config_path: str | None, name: str) -> int:
     # Every hook on its way out: if this node's spool holds what an Epilog
     # cut while the inventory was away, start the node agent's pass in the
     # background (one scandir when it is empty: the opted-in Prolog's cost).
-    from ..spool.outbox import has_entries
+    from ..spool import has_entries
 
     if has_entries(cfg.spool.directory):
         from ..nodeagent.agent import kick

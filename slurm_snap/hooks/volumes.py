@@ -4,19 +4,18 @@ snapshot of the job."""
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass
 
 from .. import paths
 from .. import states as S
 from ..config import Config, VolumeClass
 from ..errors import BadValueError, PathError
 from ..jobrecords import VolumeRecord
+from ..record import record
 
 MAX_VOLUMES = 256
 
 
-@dataclass(frozen=True)
+@record
 class Declared:
     """One declared item: a whole class (per-job volume) or a path inside one."""
 
@@ -24,7 +23,9 @@ class Declared:
     rel: str | None  # None: the class's per-job volume; else a path relative to the class prefix
 
 
-def _prefix_regex(vc: VolumeClass) -> re.Pattern:
+def _prefix_regex(vc: VolumeClass):
+    import re  # only for a declared path: a Prolog declaring classes need not pay for it
+
     parts = vc.prefix.split("{node}")
     return re.compile("^" + "[^/]+".join(re.escape(p) for p in parts) + "(?P<rel>(/.*)?)$")
 

@@ -1,4 +1,4 @@
-"""What the per-job files say: one frozen dataclass per file of the barrier
+"""What the per-job files say: one frozen record (slurm_snap.record) per file of the barrier
 area, each with ONE parser that names what is wrong and ONE writer; one
 module per file here, everything exported from this package.
 
@@ -35,7 +35,7 @@ before parsing, and `Ack.to_bytes` is what a rank writes.
 
 To add a per-job record (a node-side spool of cut parts, a time-limit record,
 a container record...):
-  1. here: a module named for its file, holding a frozen dataclass with
+  1. here: a module named for its file, holding a frozen @record with
      `parse` built from fields.Fields' checks (one line per field, each
      naming its field) and `to_json`; its names in __all__ below and a line
      in the table above;
@@ -44,8 +44,8 @@ a container record...):
      (owner, mode, no link followed);
   3. a unit test beside tests/unit/test_jobrecords.py: a round trip and one
      bad value per field, each named in the error.
-Nothing here may import beyond the standard library and slurm_snap.errors
-(tests/unit/test_client_env.py imports the client with the heavy modules blocked).
+Nothing here may import beyond the standard library, slurm_snap.errors and
+slurm_snap.record (tests/unit/test_client_env.py imports the client with the heavy modules blocked).
 """
 from slurm_snap.jobrecords.ack import (ACK_VERSION, ACK_VERSIONS, MAX_ACK_BYTES, MAX_AGREEMENT, MAX_RANK, MAX_STEP,
                                        Ack, ManifestEntry)

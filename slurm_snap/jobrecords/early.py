@@ -2,8 +2,8 @@
 requeueing a preempted job early (client/early.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from ..record import record
 from .fields import Fields
 
 
@@ -27,7 +27,7 @@ EARLY_DECISIONS = (EARLY_WAITED, EARLY_KEPT, EARLY_REQUEUEING, EARLY_REQUEUED, E
 EARLY_RELEASED = (EARLY_REQUEUED, EARLY_REQUEUEING)
 
 
-@dataclass(frozen=True)
+@record
 class EarlyDecision:
     """ack/early-<epoch>.decision: what rank 0 decided about requeueing a
     preempted job early, and when (Unix seconds); the head node's Epilog

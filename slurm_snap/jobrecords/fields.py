@@ -3,10 +3,12 @@ and the field checks whose errors name the file, the field and the value."""
 from __future__ import annotations
 
 import os
-import re
-from datetime import datetime, timezone
 
 from ..errors import BadValueError
+
+TYPE_CHECKING = False   # annotations only: datetime's import costs every opted-in Prolog ~2 ms
+if TYPE_CHECKING:
+    from datetime import datetime
 
 
 # At preemption nobody writes a request: the ranks and the hooks both call the
@@ -30,12 +32,15 @@ def preempt_restart(epoch: str) -> int | None:
 
 # Epochs and node names become file names (release/<epoch>, ack/<node>.<rank>.json):
 # a conservative character set keeps them from escaping their directory.
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:+-]{0,127}$")
+# (Sets, not a regular expression: hooks import this, and `re` costs ~6 ms.)
+_NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_NAME_REST = _NAME_FIRST | frozenset(".:+-")
 
 
 def check_name(what: str, value) -> str:
     """Validate an epoch or node name that is used as a file name."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not (isinstance(value, str) and 0 < len(value) <= 128 and value[0] in _NAME_FIRST
+            and _NAME_REST.issuperset(value)):
         raise BadValueError(what=what, value=value,
                             why="must be 1-128 characters of A-Z a-z 0-9 . _ : + - and not start with . or -")
     return value
@@ -110,6 +115,8 @@ class Fields:
         return float(value)
 
     def aware(self, field: str, value, *, why: str = "expected an ISO 8601 time with a UTC offset") -> datetime:
+        from datetime import datetime
+
         try:
             stamp = datetime.fromisoformat(value) if isinstance(value, str) else None
         except ValueError:
@@ -121,5 +128,7 @@ class Fields:
     def moment(self, field: str, value) -> datetime:
         """Unix seconds or an ISO 8601 time with an offset, as an aware time."""
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            from datetime import datetime, timezone
+
             return datetime.fromtimestamp(value, timezone.utc)
         return self.aware(field, value, why="expected Unix seconds or an ISO 8601 time with an offset")

@@ -3,12 +3,12 @@ volume from the Prolog's description to the inventory's row, the cutter
 and the verdict."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from ..record import record
 from .fields import Fields
 
 
-@dataclass(frozen=True)
+@record
 class VolumeRecord:
     """One declared volume of a job run: a path of a volume class, shared or on
     one node. The Prolog describes them (job.json), the inventory stores them
@@ -41,7 +41,7 @@ class VolumeRecord:
                    refused=getattr(row, "refusal", None) or "")
 
 
-@dataclass(frozen=True)
+@record
 class JobRecord:
     """job.json: what the ranks need of their job run (written by the Prolog;
     the preemption epoch uses its restart_count, docs/client.md)."""

@@ -1,12 +1,12 @@
 """release/<epoch> (ReleaseRecord): the snapshot is cut, the ranks go on."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from ..record import record
 from .fields import Fields, check_name
 
 
-@dataclass(frozen=True)
+@record
 class ReleaseRecord:
     """release/<epoch>: the snapshot is cut, the ranks waiting for this epoch go
     on. Its presence is the message; the content says which set and how it

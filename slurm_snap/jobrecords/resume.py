@@ -1,12 +1,12 @@
 """resume.json (ResumeRecord, ResumeRank): where a requeued run resumes from."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from ..record import record
 from .fields import Fields
 
 
-@dataclass(frozen=True)
+@record
 class ResumeRank:
     """Where one rank of the requeued run finds its checkpoint."""
 
@@ -22,7 +22,7 @@ class ResumeRank:
                 "missing": self.missing}
 
 
-@dataclass(frozen=True)
+@record
 class ResumeRecord:
     """resume.json: where a requeued run resumes from (protocol/resume.py
     computes it on the controller for the head node's Prolog).

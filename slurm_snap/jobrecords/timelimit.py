@@ -13,8 +13,7 @@ longer says so.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ..record import record
 from .fields import Fields
 
 # Slurm sends --signal up to 60 s before the time asked, and a checkpoint
@@ -29,7 +28,7 @@ BY_EPILOG = "epilog-slurmctld"
 TIMELIMIT_BY = (BY_RANK, BY_NODE, BY_EPILOG)
 
 
-@dataclass(frozen=True)
+@record
 class TimeLimitRecord:
     """The run of epoch `epoch` stops for its time limit, decided at `at`
     (Unix seconds) by `by`, `left` seconds before the limit (None: not

@@ -40,7 +40,8 @@ import time
 from typing import Callable
 
 from ..errors import BadValueError, SnapError
-from ..spool.outbox import Outbox, has_entries
+from ..spool import has_entries
+from ..spool.outbox import Outbox
 from ..spool.records import AgentState
 
 log = logging.getLogger(__name__)

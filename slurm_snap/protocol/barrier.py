@@ -129,7 +129,7 @@ class AckCollector:
         if not self._open_dir():
             return 0
         try:
-            names = [n for n in os.listdir(self._dfd) if self._wanted(n)]
+            names = os.listdir(self._dfd)
         except OSError:
             return 0
         return self.update(names, check_changed=True)
@@ -139,7 +139,8 @@ class AckCollector:
             return 0
         read = 0
         touched: set[str] = set()
-        for name in names:
+        # One read per name: inotify may report a name twice in one batch.
+        for name in dict.fromkeys(names):
             if not self._wanted(name):
                 continue
             node = self._read_one(name, check_changed)

@@ -178,8 +178,8 @@ class Coordinator:
                     repo.event("snapshot", self._requested_by, job_id=job_id, set_id=set_id)
                     volumes = [VolumeRecord.of(v) for v in repo.volume_rows(run_id)]
                 pool = CutPool(volumes, self.backend_for)
-            results, outside = self._cut(out, job_id, volumes, collector, pool)
-            self._finalize(out, volumes, nodes, requested_at, collector, results, outside, extra)
+            parts, outside = self._cut(out, job_id, volumes, collector, pool)
+            self._finalize(out, volumes, nodes, requested_at, collector, parts, outside, extra)
             return out
         except BaseException as exc:
             self._abort(out, exc)
@@ -278,6 +278,7 @@ class Coordinator:
         out.phases["cut"] = time.monotonic() - t
         self.hook("cut")
         t = time.monotonic()
+        parts = [r.record() for r in results]   # once: the verdict judges the same records
         with self.inv.session() as repo:
             st = repo.get_set(out.set_id, lock=True)
             if st.state != S.CUTTING:
@@ -289,7 +290,7 @@ class Coordinator:
                            "removing the snapshots cut since", job_id=job_id, set_id=out.set_id, level="error")
             else:
                 labelled = None
-                repo.record_parts(out.set_id, [r.record() for r in results])
+                repo.record_parts(out.set_id, parts)
                 self.hook("record")  # inside the transaction: a crash here records nothing
                 repo.transition(out.set_id, S.CUT, at=self.clock())
         if labelled is not None:
@@ -298,7 +299,7 @@ class Coordinator:
         out.state = S.CUT
         out.phases["record_parts"] = time.monotonic() - t
         self.hook("recorded")
-        return results, outside
+        return parts, outside
 
     @staticmethod
     def _remove_unrecorded(pool, results, recorded_names: set[str]) -> None:
@@ -320,13 +321,13 @@ class Coordinator:
                     repo.update_set(set_id, barrier_at=max(collector.state.complete_at.values()))
             repo.transition(set_id, S.CUTTING, at=cut_started)
 
-    def _finalize(self, out: Outcome, volumes, nodes, requested_at, collector, results, outside, extra) -> None:
+    def _finalize(self, out: Outcome, volumes, nodes, requested_at, collector, parts, outside, extra) -> None:
         """The verdict from what this process saw (the same pure rules as the
         inventory-based finalizer), recorded in one transaction."""
         t = time.monotonic()
         v = judge(wanted=out.wanted, volumes=volumes, nodes=nodes,
                   acks=collector.state.records() if collector is not None else [],
-                  parts=[r.record() for r in results], requested_at=requested_at,
+                  parts=parts, requested_at=requested_at,
                   allow_crash=self.cfg.protocol.allow_crash_consistent, outside=outside, extra_reasons=extra)
         with self.inv.session() as repo:
             st = repo.get_set(out.set_id, lock=True)

@@ -10,21 +10,25 @@ Cut, Site, Region and Manifest describe the part instead of the whole set.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Callable
-
 from ..errors import BadValueError
+from ..record import record
 from ..slurm.hostlist import compress
-from .rows import Env, SetRow
 from ..slurm.slurmtime import format_elapsed, format_time
+
+# Annotations only: `report --helpformat` reads the table below without
+# importing typing or the rows (issue 36: at most x5 of a bare Python start).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
+
+    from .rows import Env, SetRow
+
+    Getter = Callable[[SetRow, object, Env], str]
 
 LEFT, RIGHT = "left", "right"
 
-Getter = Callable[[SetRow, object, Env], str]
 
-
-@dataclass(frozen=True)
+@record
 class Column:
     name: str
     width: int
@@ -33,9 +37,17 @@ class Column:
     help: str
     needs_snaps: bool = False
     needs_drills: bool = False
+    # The set columns `get` reads of r.m (report then loads only the chosen
+    # columns' ones, issue 36); None: not declared, load every column. The
+    # helpers below (_t, _str, _phase...) declare theirs.
+    reads: tuple[str, ...] | None = None
+
+    @property
+    def keys(self) -> tuple[str, ...] | None:
+        return self.reads if self.reads is not None else getattr(self.get, "reads", None)
 
 
-@dataclass(frozen=True)
+@record
 class Field:
     """A chosen column with the width and alignment it prints with."""
 
@@ -44,31 +56,44 @@ class Field:
     align: str
 
 
+def _reads(*keys: str):
+    def mark(get):
+        get.reads = keys
+        return get
+    return mark
+
+
 def _t(key: str) -> Getter:
-    return lambda r, s, e: format_time(r.m[key], e.tz)
+    return _reads(key)(lambda r, s, e: format_time(r.m[key], e.tz))
 
 
 def _phase(start: str, end: str) -> Getter:
-    return lambda r, s, e: format_elapsed(r.phase(start, end))
+    return _reads(start, end)(lambda r, s, e: format_elapsed(r.phase(start, end)))
 
 
 def _str(key: str) -> Getter:
-    return lambda r, s, e: "" if r.m[key] is None else str(r.m[key])
+    @_reads(key)
+    def get(r, s, e) -> str:
+        v = r.m[key]
+        return "" if v is None else str(v)
+    return get
 
 
 def _snap(key: str) -> Getter:
-    return lambda r, s, e: "" if s is None or s[key] is None else str(s[key])
+    return _reads()(lambda r, s, e: "" if s is None or s[key] is None else str(s[key]))
 
 
 def _ok(value) -> str:
     return "" if value is None else ("ok" if value else "BAD")
 
 
+@_reads("cut_done_at")
 def _cut(r: SetRow, s, e: Env) -> str:
     return format_time(s["cut_at"] if s is not None else r.m["cut_done_at"], e.tz)
 
 
 def _where(key: str) -> Getter:
+    @_reads()
     def get(r: SetRow, s, e: Env) -> str:
         if s is not None:
             return s[key]
@@ -76,6 +101,7 @@ def _where(key: str) -> Getter:
     return get
 
 
+@_reads()
 def _survives(r: SetRow, s, e: Env) -> str:
     if s is not None:
         if s["scope"] != "node-local":
@@ -84,16 +110,19 @@ def _survives(r: SetRow, s, e: Env) -> str:
     return {None: "", True: "yes", False: "no"}[r.survives_node_loss()]
 
 
+@_reads("parts", "expected_parts")
 def _volumes(r: SetRow, s, e: Env) -> str:
     parts = r.m.get("parts")
     return f"{'?' if parts is None else parts}/{r.m['expected_parts']}"
 
 
+@_reads()
 def _rpo(r: SetRow, s, e: Env) -> str:
     rpo = r.rpo(e.now)
     return "none" if rpo is None else format_elapsed(rpo)
 
 
+@_reads("skew_seconds")
 def _skew(r: SetRow, s, e: Env) -> str:
     v = r.m["skew_seconds"]
     return "" if v is None else f"{v:.3f}"
@@ -107,7 +136,8 @@ def _drill_secs(key: str) -> Getter:
 
 
 _COLUMNS = (
-    Column("JobID", 12, LEFT, lambda r, s, e: r.job_label, "job id, with .RESTART for a requeued run"),
+    Column("JobID", 12, LEFT, lambda r, s, e: r.job_label, "job id, with .RESTART for a requeued run",
+           reads=("job_id", "restart_count")),
     Column("SetID", 8, RIGHT, _str("set_id"), "snapshot set id (show set:ID); empty for an UNPROTECTED run"),
     Column("User", 9, RIGHT, _str("user_name"), "job owner"),
     Column("Partition", 10, RIGHT, _str("partition"), "partition of the run"),
@@ -126,11 +156,12 @@ _COLUMNS = (
            "a run without a set whose declared volumes the Prolog refused"),
     Column("Reason", 24, LEFT, _str("reason"), "why the set is not fully good"),
     Column("Volumes", 7, RIGHT, _volumes, "parts cut / parts expected (MISSING parts not counted)"),
-    Column("Nodes", 5, RIGHT, lambda r, s, e: str(len(r.m["nodes"] or ())), "number of nodes of the run"),
+    Column("Nodes", 5, RIGHT, lambda r, s, e: str(len(r.m["nodes"] or ())), "number of nodes of the run",
+           reads=("nodes",)),
     Column("NodeList", 16, LEFT, lambda r, s, e: compress(r.m["nodes"] or ()),
-           "nodes of the run, as Slurm writes them (n[1-3])"),
+           "nodes of the run, as Slurm writes them (n[1-3])", reads=("nodes",)),
     Column("FailedNodes", 16, LEFT, lambda r, s, e: compress(r.m["failed_nodes"] or ()),
-           "nodes whose barrier or cut failed (n[1-3])"),
+           "nodes whose barrier or cut failed (n[1-3])", reads=("failed_nodes",)),
     Column("Requested", 19, RIGHT, _t("requested_at"), "time the snapshot was requested"),
     Column("Signalled", 19, RIGHT, _t("signalled_at"), "time the ranks were signalled"),
     Column("Barrier", 19, RIGHT, _t("barrier_at"), "time the last barrier acknowledgement arrived"),
@@ -148,20 +179,23 @@ _COLUMNS = (
     Column("Skew", 8, RIGHT, _skew, "seconds between the first and the last volume cut"),
     Column("Step", 10, RIGHT, _str("checkpoint_step"), "training step of the checkpoint in the set"),
     Column("Manifest", 8, RIGHT, lambda r, s, e: _ok(s["manifest_ok"] if s is not None else r.m["manifest_ok"]),
-           "manifest check: ok, BAD or empty (not checked)"),
-    Column("Age", 11, RIGHT, lambda r, s, e: format_elapsed(r.age(e.now)), "now - Cut of this set"),
+           "manifest check: ok, BAD or empty (not checked)", reads=("manifest_ok",)),
+    Column("Age", 11, RIGHT, lambda r, s, e: format_elapsed(r.age(e.now)), "now - Cut of this set",
+           reads=("cut_done_at",)),
     Column("RPO", 11, RIGHT, _rpo, "now - Cut of the job's newest VERIFIED set; none if it has none"),
     Column("Objective", 11, RIGHT, lambda r, s, e: "" if r.objective is None else format_elapsed(r.objective),
-           "the run's RPO objective: its --snapshot-every interval (or the partition's default); empty if none"),
+           "the run's RPO objective: its --snapshot-every interval (or the partition's default); empty if none",
+           reads=("snapshot_every",)),
     Column("RPOMet", 6, RIGHT, lambda r, s, e: {None: "", True: "no", False: "yes"}[r.rpo_missed(e.now)],
-           "yes when RPO is within Objective; no when past it or nothing is VERIFIED; empty without an objective"),
+           "yes when RPO is within Objective; no when past it or nothing is VERIFIED; empty without an objective",
+           reads=("snapshot_every",)),
     Column("DrillNode", 10, RIGHT, lambda r, s, e: (r.drill or {}).get("ran_on") or "",
-           "newest drill: the compute node its program started on", needs_drills=True),
+           "newest drill: the compute node its program started on", needs_drills=True, reads=()),
     Column("DrillQueue", 10, RIGHT, _drill_secs("queued_seconds"),
            "newest drill: its submission -> the program's start (the queue and the nodes' Prologs)",
-           needs_drills=True),
+           needs_drills=True, reads=()),
     Column("FirstStep", 10, RIGHT, _drill_secs("time_to_first_step"),
-           "newest drill: the program's start -> its first step, on the node", needs_drills=True),
+           "newest drill: the program's start -> its first step, on the node", needs_drills=True, reads=()),
     Column("Survives", 8, RIGHT, _survives, "yes when every node-local part has a copy on another node (the "
            "set survives the loss of any one node), no when one has not; empty without node-local parts; "
            "per part with --snapshots", needs_snaps=True),
@@ -185,7 +219,7 @@ LONG_FORMAT = ("JobID,SetID,User,Partition,Trigger,State,Consistency,Resumable,P
                "Requested,Cut,Verified,Duration,Quiesce,CutTime,Skew,Step,Manifest,Age,RPO")
 LONG_SNAPSHOT_FORMAT = "JobID,SetID,State,Node,Volume,Class,Backend,SnapName,SnapState,Cut,Manifest,Site,Region"
 
-_ITEM = re.compile(r"([A-Za-z][A-Za-z0-9_]*)(?:%(-?\d+))?")
+_ITEM = None   # NAME[%WIDTH], compiled on first use: --helpformat needs no `re`
 
 
 def lookup(name: str, registry: dict[str, Column] = COLUMNS) -> Column:
@@ -202,6 +236,11 @@ def lookup(name: str, registry: dict[str, Column] = COLUMNS) -> Column:
 
 
 def parse_format(spec: str, registry: dict[str, Column] = COLUMNS) -> list[Field]:
+    global _ITEM
+    if _ITEM is None:
+        import re
+
+        _ITEM = re.compile(r"([A-Za-z][A-Za-z0-9_]*)(?:%(-?\d+))?")
     fields = []
     for item in spec.split(","):
         item = item.strip()

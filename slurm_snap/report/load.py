@@ -11,9 +11,19 @@ from ..inventory.repository import SetFilter
 from .rows import UNPROTECTED, SetRow, order_key, unprotected_row
 
 
+# What load_rows itself reads of every set (ordering, the RPO base, parts).
+KEYS = frozenset(("set_id", "job_id", "restart_count", "requested_at"))
+
+
+def _ids_with_sets(rows: list[SetRow]) -> set[int]:
+    return {r.m["job_id"] for r in rows if r.m["set_id"] is not None}
+
+
 def load_rows(repo, f: SetFilter, *, need_snaps: bool, need_parts: bool = True,
-              need_drills: bool = False) -> list[SetRow]:
-    rows = [SetRow(m=dict(m)) for m in repo.report_set_rows(f, with_parts=need_parts)]
+              keys: frozenset[str] | None = None, need_drills: bool = False) -> list[SetRow]:
+    """`keys`: the set columns the caller reads (None: all of them)."""
+    rows = [SetRow(m=m) for m in repo.report_set_rows(f, with_parts=need_parts,
+                                                      keys=None if keys is None else keys | KEYS)]
     if not f.states or UNPROTECTED in f.states:
         # Runs the Prolog left unprotected have no set: without these lines
         # they would be missing from report as if they had never run.
@@ -24,9 +34,14 @@ def load_rows(repo, f: SetFilter, *, need_snaps: bool, need_parts: bool = True,
             rows = sorted(rows + extra, key=order_key)
     if not rows:
         return rows
-    bases = repo.report_newest_verified(sorted({r.m["job_id"] for r in rows}))
-    for r in rows:
-        r.rpo_base = bases.get(r.m["job_id"])
+    jobs = [r.m["job_id"] for r in rows]
+    bases = repo.report_newest_verified_in(f)
+    # Jobs with only unprotected runs in the window have no set in it.
+    others = sorted({j for j in jobs if j not in bases} - _ids_with_sets(rows))
+    if others:
+        bases.update(repo.report_newest_verified(others))
+    for r, job in zip(rows, jobs):
+        r.rpo_base = bases.get(job)
     if need_snaps:
         by_set: dict[int, list] = {}
         for s in repo.report_snapshot_rows([r.m["set_id"] for r in rows if r.m["set_id"] is not None]):

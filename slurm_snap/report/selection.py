@@ -20,7 +20,7 @@ from .. import access
 from ..errors import BadValueError, NotFound, PermissionDenied
 from ..inventory.repository import SetFilter
 from .. import states as S
-from ..slurm.jobenv import MAX_ID, SLUID
+from ..slurm.jobenv import MAX_ID, is_sluid
 from ..slurm.slurmtime import parse_time
 
 
@@ -39,8 +39,8 @@ def split_sluids(text: str) -> tuple[str, list[str]]:
     """The job list without its SLUIDs (Slurm 25.11+: "s" + 13 base32
     characters, one run as JOBID.RESTART is), and the SLUIDs."""
     items = _items(text, "job list")
-    sluids = [i for i in items if SLUID.fullmatch(i)]
-    return ",".join(i for i in items if not SLUID.fullmatch(i)), sluids
+    sluids = [i for i in items if is_sluid(i)]
+    return ",".join(i for i in items if not is_sluid(i)), sluids
 
 
 def parse_jobs(text: str) -> tuple[list[int], list[tuple[int, int]]]:

@@ -5,14 +5,11 @@ PATH, so commands are looked up in fixed directories, never through PATH.
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
-from dataclasses import dataclass
 
+from .. import spawn
 from ..errors import CommandFailed, NotFound, Timeout, ToolMissing
-from . import version
+from ..record import record
 
 _BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
 _SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -50,6 +47,8 @@ def tool(name: str) -> str:
         p = os.path.join(d, name)
         if os.access(p, os.X_OK):
             return p
+    import shutil
+
     found = shutil.which(name, path=_SAFE_PATH)
     if not found:
         raise ToolMissing(backend="slurm", tool=name)
@@ -62,17 +61,16 @@ def run(argv: list[str], timeout: float = 10.0, env: dict | None = None) -> str:
         full_env["SLURM_CONF"] = os.environ["SLURM_CONF"]
     full_env.update(env or {})
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
-                              env=full_env, check=False)
-    except subprocess.TimeoutExpired:
+        status, out, err = spawn.run(argv, full_env, timeout)
+    except spawn.Expired:
         raise Timeout(what=os.path.basename(argv[0]), seconds=timeout) from None
-    if proc.returncode != 0:
-        raise CommandFailed(argv0=os.path.basename(argv[0]), status=proc.returncode,
-                            stderr=proc.stderr.decode(errors="replace").strip()[-500:])
-    return proc.stdout.decode(errors="replace")
+    if status != 0:
+        raise CommandFailed(argv0=os.path.basename(argv[0]), status=status,
+                            stderr=err.decode(errors="replace").strip()[-500:])
+    return out.decode(errors="replace")
 
 
-@dataclass(frozen=True)
+@record
 class JobInfo:
     job_id: int
     user: str
@@ -108,6 +106,11 @@ def squeue_job(job_id: int, timeout: float = 10.0) -> JobInfo:
 
 
 def job_from_json(text: str, job_id: int) -> JobInfo | None:
+    # Here, not at the top: every hook imports this module (adopt_conf), few parse squeue.
+    import json
+
+    from . import version
+
     for job in json.loads(text).get("jobs", []):
         if int(job.get("job_id", -1)) == int(job_id):
             return JobInfo(
@@ -131,6 +134,10 @@ def running_jobs(timeout: float = 10.0) -> dict[int, int]:
 
 
 def running_from_json(text: str) -> dict[int, int]:
+    import json
+
+    from . import version
+
     running = {}
     for job in json.loads(text).get("jobs", []):
         if "RUNNING" in version.json_states(job.get("job_state", "")):

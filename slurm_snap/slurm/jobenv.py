@@ -4,9 +4,8 @@ variables our plugin set at submit time (docs/contracts.md)."""
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass, field
 
+from ..record import factory, record
 from ..access import user_name
 from ..errors import BadValueError
 from ..states import WANT_APP
@@ -16,8 +15,14 @@ from . import hostlist
 # slurmctld hooks): "s" and 13 characters of Crockford's base32, unique on the
 # cluster where job ids are reused after MaxJobId. A requeued run gets a new
 # one (measured on 25.11.7: s2DHM8XNAZKH00, then s2DHM8XNBZDA00), so it names
-# one run, as JOBID.RESTART does, not the job.
-SLUID = re.compile(r"s[0-9A-HJKMNP-TV-Z]{13}")
+# one run, as JOBID.RESTART does, not the job. Checked without `re`, which
+# the hooks' start path does not import (issue 36).
+SLUID_DIGITS = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+
+
+def is_sluid(text: str) -> bool:
+    return len(text) == 14 and text[0] == "s" and all(c in SLUID_DIGITS for c in text[1:])
+
 
 SPANK = "SPANK_SLURM_SNAP"
 # Slurm job ids, uids, gids and restart counts are uint32_t: a larger number is
@@ -25,7 +30,7 @@ SPANK = "SPANK_SLURM_SNAP"
 MAX_ID = 2**32 - 1
 
 
-@dataclass(frozen=True)
+@record
 class JobEnv:
     job_id: int
     restart_count: int
@@ -50,7 +55,7 @@ class JobEnv:
     # --snapshot-drill: the restore test this job is the drill of (restore/onnode.py);
     # None for every job a user submits to be protected.
     drill: int | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict = factory(dict)
 
     @property
     def head_node(self) -> str:
@@ -100,7 +105,7 @@ def from_environ(env=None) -> JobEnv:
         exit_code=int(env["SLURM_JOB_EXIT_CODE"]) if env.get("SLURM_JOB_EXIT_CODE", "").isdigit() else None,
         every=_seconds(env.get(f"{SPANK}_EVERY", ""), "--snapshot-every"),
         timelimit=_seconds(env.get(f"{SPANK}_TIMELIMIT", ""), "--snapshot-before-timelimit"),
-        sluid=env.get("SLURM_JOB_SLUID", "") if SLUID.fullmatch(env.get("SLURM_JOB_SLUID", "")) else "",
+        sluid=env.get("SLURM_JOB_SLUID", "") if is_sluid(env.get("SLURM_JOB_SLUID", "")) else "",
         drill=_int(env, f"{SPANK}_DRILL") if env.get(f"{SPANK}_DRILL") else None,
     )
 

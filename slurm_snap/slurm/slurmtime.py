@@ -25,11 +25,15 @@ a year is this year, or last year when its month is later than this one; with
 past=False they are the next such time, as sbatch --begin reads them.
 The clock (`now`) and the zone (`tz`) are parameters so tests do not depend on
 when or where they run; tz=None means the system's local zone.
+
+Length: one home for Slurm's time syntax, parsing and printing; the scanner
+is libslurm's, token by token, and does not split without scattering it.
 """
 from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 
 from ..errors import BadValueError
 
@@ -363,18 +367,37 @@ def _to_local(t: dt.datetime, tz: dt.tzinfo | None) -> dt.datetime:
     return t.astimezone(tz) if tz is not None else t.astimezone()
 
 
+# Local "YYYY-MM-DDTHH:MM" per minute of a time and zone: report prints
+# thousands of times of one day, and converting and strftime'ing each was a
+# fifth of its formatting (issue 36). A zone's offset changes only on a minute
+# boundary and is whole minutes (else nothing is kept), so the seconds carry over.
+_MINUTES: dict[tuple, str] = {}
+_MINUTES_KEPT = 4096
+
+
 def format_time(t: dt.datetime | None, tz: dt.tzinfo | None = None) -> str:
     """sacct's time format: local YYYY-MM-DDTHH:MM:SS; empty when unknown."""
     if t is None:
         return ""
-    return _to_local(t, tz).strftime("%Y-%m-%dT%H:%M:%S")
+    # tz None is the process's zone, which TZ + tzset may change: its names are in the key.
+    key = (t.year, t.month, t.day, t.hour, t.minute, t.utcoffset(), tz if tz is not None else time.tzname)
+    prefix = _MINUTES.get(key)
+    if prefix is None:
+        local = _to_local(t, tz)
+        if (local.utcoffset() - t.utcoffset()).total_seconds() % 60:
+            return local.strftime("%Y-%m-%dT%H:%M:%S")
+        prefix = local.strftime("%Y-%m-%dT%H:%M")
+        if len(_MINUTES) >= _MINUTES_KEPT:
+            _MINUTES.clear()
+        _MINUTES[key] = prefix
+    return f"{prefix}:{t.second:02d}"
 
 
 def format_elapsed(seconds: float | None) -> str:
     """sacct's elapsed format: [D-]HH:MM:SS (negative clock skew shows as 00:00:00)."""
     if seconds is None:
         return ""
-    total = max(0, int(seconds))
+    total = int(seconds) if seconds > 0 else 0
     days, rest = divmod(total, 86400)
     h, rest = divmod(rest, 3600)
     m, s = divmod(rest, 60)

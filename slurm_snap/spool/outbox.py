@@ -35,10 +35,9 @@ from typing import Iterator
 from ..errors import BadValueError, SpoolError
 from ..fsio import atomic_write, fsync_path, read_json
 from ..jobrecords import check_name
+from . import ENTRIES, REJECTED
 from .records import AgentState, SpoolEntry
 
-ENTRIES = "entries"
-REJECTED = "rejected"
 RESERVE = "reserve"
 STATE = AgentState.FILE
 LOCK = "agent.lock"
@@ -46,17 +45,6 @@ LOCK = "agent.lock"
 # carried in a base64 MUNGE credential: an entry larger than this could never
 # be delivered, so it is refused when written (the hook log says so).
 MAX_ENTRY_BYTES = 700 * 1024
-
-
-def has_entries(directory: str) -> bool:
-    """Whether anything waits for delivery: every hook asks this on its way
-    out (one scandir of a usually empty directory, ~10 us), so it must
-    never raise."""
-    try:
-        with os.scandir(os.path.join(directory, ENTRIES)) as it:
-            return any(e.name.endswith(".json") and not e.name.startswith(".") for e in it)
-    except OSError:
-        return False
 
 
 class Outbox:

@@ -128,12 +128,14 @@ def test_the_preemption_epoch_is_spelled_once():
 
 def test_the_records_import_nothing_of_slurm_snap_but_its_errors():
     """The rank client imports them inside training processes: nothing of
-    slurm_snap beyond errors (test_client_env.py blocks the heavy modules)."""
+    slurm_snap beyond errors and the record decorator, both standard library
+    only (test_client_env.py blocks the heavy modules)."""
     code = (f"import sys; sys.path.insert(0, {REPO!r}); import slurm_snap.jobrecords; "
             "print(sorted(m for m in sys.modules if m.startswith('slurm_snap')))")
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
     loaded = set(eval(out.stdout))
-    assert loaded <= {"slurm_snap", "slurm_snap.errors"} | {m for m in loaded if m.startswith("slurm_snap.jobrecords")}
+    assert loaded <= {"slurm_snap", "slurm_snap.errors", "slurm_snap.record"} | {
+        m for m in loaded if m.startswith("slurm_snap.jobrecords")}
 
 
 def test_the_hook_triggers_are_the_inventorys():

@@ -19,7 +19,8 @@ from slurm_snap.nodeagent import agent
 from slurm_snap.nodeagent.agent import Pass, PassResult, backoff, run_once
 from slurm_snap.protocol.delivery import Delivered
 from slurm_snap.spool import outbox as outbox_mod
-from slurm_snap.spool.outbox import Outbox, has_entries
+from slurm_snap.spool import has_entries
+from slurm_snap.spool.outbox import Outbox
 from slurm_snap.spool.records import AgentState, SpoolEntry
 
 T0 = dt.datetime(2026, 12, 3, 10, 0, tzinfo=dt.timezone.utc)
