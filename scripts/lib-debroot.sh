@@ -43,10 +43,9 @@ debroot_run() {
 	# Package scripts must not start daemons (munged, sshd) inside a chroot.
 	printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 	chmod 0755 "$root/usr/sbin/policy-rc.d"
-	local pass=() v
-	for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_DEFAULT_TIMEOUT http_proxy https_proxy no_proxy; do
-		[ -n "${!v:-}" ] && pass+=("$v=${!v}")
-	done
+	local pass=()
+	debroot_build_env
+	pass=("${DEBROOT_ENV[@]}")
 	if [ -r /etc/ssl/certs/ca-certificates.crt ]; then
 		# pip in the root trusts what the host's pip trusts (a site's proxy CA).
 		install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/host-ca.crt"
@@ -56,8 +55,19 @@ debroot_run() {
 		root=$1; shift
 		mount -t proc proc "$root/proc" && mount --bind /dev "$root/dev" && mount --bind /dev/pts "$root/dev/pts" &&
 			exec chroot "$root" "$@"' sh "$root" \
-		env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive \
-		"${pass[@]}" "$@"
+		env -i "${pass[@]}" "$@"
+}
+
+# DEBROOT_ENV: the whole environment of a build or of a command in a root:
+# a plain PATH and locale, and only the settings that reach pip's index
+# (a site's mirror or proxy), nothing else of the caller's.
+debroot_build_env() {
+	local v
+	DEBROOT_ENV=(PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive)
+	for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_DEFAULT_TIMEOUT PIP_CERT http_proxy https_proxy no_proxy; do
+		[ -n "${!v:-}" ] && DEBROOT_ENV+=("$v=${!v}")
+	done
+	return 0
 }
 
 # Prints the cached tarball of a KIND (base | build) root of RELEASE, making
