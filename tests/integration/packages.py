@@ -1,7 +1,7 @@
 """The packages of this tree, built once per tree state, and fresh Debian
 roots to install them into (scripts/package; docs/packaging.md).
 
-A build costs minutes (a debootstrap root on a cold machine, pip fetching the
+A build costs minutes (an mmdebstrap root on a cold machine, pip fetching the
 pinned wheels, compression), so each package is kept under the test state directory
 keyed by a hash of every file the build copies; a later run on the same tree
 reuses it. Shared by test_package.py, test_package_install.py and
@@ -112,8 +112,8 @@ def version(tree: Path = ROOT) -> str:
 
 def _prerequisites() -> None:
     from realcomponents import require       # imports pytest: not at the top, for `prepare`
-    require(os.geteuid() == 0, "package builds need root (debootstrap, chroot)")
-    require(shutil.which("debootstrap") is not None, "debootstrap not installed (scripts/test installs it)")
+    require(os.geteuid() == 0, "package builds need root (mmdebstrap, chroot)")
+    require(shutil.which("mmdebstrap") is not None, "mmdebstrap not installed (scripts/test installs it)")
 
 
 Wanted = tuple[str, tuple[str, ...], str]     # (scripts/package KIND, its ARGS, the file it makes: a glob)
@@ -122,7 +122,7 @@ Wanted = tuple[str, tuple[str, ...], str]     # (scripts/package KIND, its ARGS,
 def _build_many(wanted: list[Wanted], tree: Path = ROOT, check_tools: bool = True) -> list[Path]:
     """scripts/package KIND ARGS... for each one not yet in the cache dir of
     this tree state, all at once: the Debian 12 and 13 builds and the RPM
-    wait mostly on the network (debootstrap, apt, pip) and little on each
+    wait mostly on the network (mmdebstrap, apt, pip) and little on each
     other, so on a cold machine together they take about the longest one's
     time rather than the sum (docs/packaging.md has the figures)."""
     if check_tools:
@@ -235,7 +235,7 @@ def version_of_deb(deb: Path) -> str:
 
 
 def fresh_root(release: str, where: Path, kind: str = "base") -> Path:
-    """A root of `release` as debootstrap made it (scripts/package root);
+    """A root of `release` as mmdebstrap made it (scripts/package root);
     kind "build" adds the packages' build dependencies (Slurm's headers)."""
     _prerequisites()
     root = where / f"root-{release}-{kind}"

@@ -1,5 +1,5 @@
 """Each Debian release's .deb installs with `apt-get install ./slurm-snap_*.deb`
-into a fresh root of that release (debootstrap's minbase, nothing since) and
+into a fresh root of that release (mmdebstrap's apt variant: Essential and apt, nothing since) and
 its checks pass there: the version, `config check`, `doctor --local` before
 and after `db upgrade`, the hook entry points, logrotate, plugstack.conf's
 paths, conffiles, the systemd units (installed, not enabled), man pages and
