@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import pytest
 from sqlalchemy import event
@@ -153,6 +154,12 @@ def test_concurrency_bounds_the_sets_in_flight_and_the_gap_separates_starts(inve
 
     t = threading.Thread(target=go)
     t.start()
+    # Two start as soon as the pass has read the inventory (slow on a loaded
+    # machine: wait for them, not a fixed time), then the third waits.
+    deadline = time.monotonic() + 10
+    while fake.active < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert fake.active == 2
     assert not done.wait(0.3)
     assert fake.active == 2            # the third waits for a free slot
     fake.release.set()
