@@ -1,9 +1,10 @@
 """Each Debian release's .deb installs with `apt-get install ./slurm-snap_*.deb`
-into a fresh root of that release (mmdebstrap's apt variant: Essential and apt, nothing since) and
-its checks pass there: the version, `config check`, `doctor --local` before
-and after `db upgrade`, the hook entry points, logrotate, plugstack.conf's
-paths, conffiles, the systemd units (installed, not enabled), man pages and
-completion (issue 34).
+into a fresh root of that release (mmdebstrap's `apt` variant: the Essential
+packages and apt, nothing since, so the package's Depends must bring the
+rest) and its checks pass there: the version, `config check`, `doctor
+--local` before and after `db upgrade`, the hook entry points, logrotate,
+plugstack.conf's paths, conffiles, the systemd units (installed, not
+enabled), man pages and completion (issue 34).
 
 CI runs this (scripts/test starts the builds and roots in the background
 before the unit tests: tests/integration/packages.py prepare); the Debian 12
