@@ -16,13 +16,16 @@ iproute2 util-linux"
 # stop by PID (tests/integration/ceph_cluster.py). ceph-mds depends on the
 # `ceph` metapackage, so mon, mgr and osd come along anyway; naming them says
 # what the fixture runs. Measured on a fresh Debian 12: 94 packages, 246 MB,
-# about 29 s. debootstrap makes the Debian 12 and 13 roots the packages are
-# built and installed in, rpm brings rpmbuild for the RPM spec
-# (tests/integration/test_package.py, docs/packaging.md). runc (Debian's OCI
+# about 29 s. mmdebstrap makes the Debian 12 and 13 roots the packages are
+# built and installed in; debhelper and dh-virtualenv (with DEV_PACKAGES'
+# build-essential, libslurm-dev, python3-venv: debian/control's
+# Build-Depends) build the Debian 12 .deb on this Debian 12 host; rpm brings
+# rpmbuild for the RPM spec (tests/integration/test_package*.py,
+# docs/packaging.md). runc (Debian's OCI
 # runtime, a few MB) runs the containers of
 # tests/integration/test_training_jobs_cluster.py under Slurm's oci.conf
 # (scripts/lib-slurm.sh says why not crun).
-TEST_PACKAGES="prometheus groff-base man-db zfs-fuse systemd debootstrap rpm
+TEST_PACKAGES="prometheus groff-base man-db zfs-fuse systemd mmdebstrap debhelper dh-virtualenv rpm
 ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common
 runc"
 # The one place that names the venv the hooks, the SPANK plugin's helper=,

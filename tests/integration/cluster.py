@@ -142,17 +142,22 @@ def start_cluster(state: Path, *extra: str) -> Cluster:
         unavailable(f"{type(exc).__name__}: {exc}")
 
 
-def session_cluster(*extra: str):
+def session_cluster(*extra: str, package: Path | None = None):
     """A fixture's body: a cluster up on a fresh state dir for the session
-    (`up` with `extra`), always `down` and removed afterwards."""
+    (`up` with `extra`), always `down` and removed afterwards. With a
+    `package` (.deb), `up --package` installs it on the machine and Slurm
+    runs its files; it is purged after `down`."""
     import sys
 
     state = new_state_dir()
     try:
-        yield start_cluster(state, "--inventory", default_inventory(), *extra)
+        yield start_cluster(state, "--inventory", default_inventory(), *extra,
+                            *(("--package", str(package)) if package else ()))
     finally:
         proc = Cluster(state=state, env={}).down() if (state / "etc").exists() else None
         if proc is not None and proc.returncode != 0:
             sys.stderr.write(f"dev-cluster down {state} failed:\n{proc.stderr}\n")
         remove_state_dir(state)
-
+        if package:
+            import packages
+            packages.purge_from_machine()

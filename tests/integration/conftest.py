@@ -11,6 +11,7 @@ skipped with the reason locally.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -42,9 +43,40 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def cluster():
-    yield from session_cluster()
+    """From the checkout's venv, or with SLURM_SNAP_TEST_PACKAGE=bookworm from
+    Debian 12's .deb installed on the machine (scripts/test's sqlite crossdb
+    pass, with the tests marked package_cluster: test_package_cluster.py)."""
+    release = os.environ.get("SLURM_SNAP_TEST_PACKAGE")
+    if not release:
+        yield from session_cluster()
+        return
+    import packages
+
+    if release not in packages.RELEASES:
+        pytest.fail(f"SLURM_SNAP_TEST_PACKAGE={release!r} is not one of {sorted(packages.RELEASES)}", pytrace=False)
+    slurm = packages.RELEASES[release][1]
+    if os.environ.get("SLURM_SNAP_SLURM", "22.05") != slurm:
+        pytest.fail(f"the {release} package's plugin is built for Slurm {slurm}, and this run's dev cluster runs "
+                    f"SLURM_SNAP_SLURM={os.environ.get('SLURM_SNAP_SLURM')}", pytrace=False)
+    yield from session_cluster(package=packages.deb(release))
 
 
 @pytest.fixture(scope="session")
 def cluster4():
     yield from session_cluster("--nodes", "4")
+
+
+@pytest.fixture
+def root_of(tmp_path):
+    """root_of(release): a fresh root of that Debian release (packages.fresh_root),
+    removed after the test."""
+    import packages
+
+    made = []
+
+    def make(release):
+        made.append(packages.fresh_root(release, tmp_path))
+        return made[-1]
+    yield make
+    for r in made:
+        packages.remove_root(r)

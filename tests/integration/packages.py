@@ -1,10 +1,19 @@
 """The packages of this tree, built once per tree state, and fresh Debian
 roots to install them into (scripts/package; docs/packaging.md).
 
-A build costs minutes (a debootstrap root on a cold machine, pip fetching the
+A build costs minutes (an mmdebstrap root on a cold machine, pip fetching the
 pinned wheels, compression), so each package is kept under the test state directory
 keyed by a hash of every file the build copies; a later run on the same tree
-reuses it. Shared by test_package.py and test_package_cluster.py.
+reuses it. Shared by test_package.py, test_package_install.py and
+test_package_cluster.py.
+
+Also a program, for scripts/test to start in the background before the unit
+tests (stdlib only: it runs before the venv exists):
+
+    python3 tests/integration/packages.py prepare
+
+builds each release's .deb and makes each release's cached root, side by
+side; a test that asks for one later waits on its lock if it is not ready.
 """
 from __future__ import annotations
 
@@ -17,8 +26,6 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-
-from realcomponents import require
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "scripts" / "package"
@@ -104,20 +111,22 @@ def version(tree: Path = ROOT) -> str:
 
 
 def _prerequisites() -> None:
-    require(os.geteuid() == 0, "package builds need root (debootstrap, chroot)")
-    require(shutil.which("debootstrap") is not None, "debootstrap not installed (scripts/test installs it)")
+    from realcomponents import require       # imports pytest: not at the top, for `prepare`
+    require(os.geteuid() == 0, "package builds need root (mmdebstrap, chroot)")
+    require(shutil.which("mmdebstrap") is not None, "mmdebstrap not installed (scripts/test installs it)")
 
 
 Wanted = tuple[str, tuple[str, ...], str]     # (scripts/package KIND, its ARGS, the file it makes: a glob)
 
 
-def _build_many(wanted: list[Wanted], tree: Path = ROOT) -> list[Path]:
+def _build_many(wanted: list[Wanted], tree: Path = ROOT, check_tools: bool = True) -> list[Path]:
     """scripts/package KIND ARGS... for each one not yet in the cache dir of
     this tree state, all at once: the Debian 12 and 13 builds and the RPM
-    wait mostly on the network (debootstrap, apt, pip) and little on each
+    wait mostly on the network (mmdebstrap, apt, pip) and little on each
     other, so on a cold machine together they take about the longest one's
     time rather than the sum (docs/packaging.md has the figures)."""
-    _prerequisites()
+    if check_tools:
+        _prerequisites()
     out = state_dir() / "packages" / tree_hash(tree)
     out.mkdir(parents=True, exist_ok=True)
     found: dict[int, Path] = {}
@@ -170,6 +179,7 @@ def deb(release: str, tree: Path = ROOT) -> Path:
 
 
 def rpm(tree: Path = ROOT) -> Path:
+    from realcomponents import require
     require(shutil.which("rpmbuild") is not None, "rpmbuild not installed (apt-get install rpm)")
     return _build_many([_rpm_wanted(tree)], tree)[0]
 
@@ -225,7 +235,7 @@ def version_of_deb(deb: Path) -> str:
 
 
 def fresh_root(release: str, where: Path, kind: str = "base") -> Path:
-    """A root of `release` as debootstrap made it (scripts/package root);
+    """A root of `release` as mmdebstrap made it (scripts/package root);
     kind "build" adds the packages' build dependencies (Slurm's headers)."""
     _prerequisites()
     root = where / f"root-{release}-{kind}"
@@ -252,7 +262,41 @@ def install(root: Path, package: Path, *apt_options: str) -> subprocess.Complete
     return run_in(root, "apt-get", "install", "-y", "-q", *apt_options, f"/tmp/{package.name}")
 
 
+def purge_from_machine() -> None:
+    """`apt-get purge slurm-snap` on this machine after a dev cluster ran from
+    the package: nothing of it stays but what docs/uninstall.md lists."""
+    r = subprocess.run(["apt-get", "purge", "-y", "-q", "slurm-snap"], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    assert r.returncode == 0, r.stderr
+    assert not Path("/usr/lib/slurm-snap").exists() and not Path("/etc/default/slurm-snap").exists()
+
+
 def remove_root(root: Path) -> None:
     """A root holds no mounts once its commands ended (each ran in its own
     mount namespace); never cross into another filesystem."""
     subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
+def prepare() -> int:
+    """Each release's .deb and each release's cached fresh root (base), all
+    side by side; what scripts/test starts in the background (module doc)."""
+    t0 = time.monotonic()
+    roots = [subprocess.Popen([str(PACKAGE), "cache-root", release], stdout=subprocess.DEVNULL)
+             for release in sorted(RELEASES)]
+    debs = _build_many([_deb_wanted(r, ROOT) for r in sorted(RELEASES)], ROOT, check_tools=False)
+    codes = [proc.wait(timeout=3600) for proc in roots]
+    for what, seconds in sorted(TIMINGS.items()):
+        print(f"scripts/package {what}: {seconds:.0f} s")
+    print(f"packages ready in {time.monotonic() - t0:.0f} s: {' '.join(str(d) for d in debs)}"
+          + ("" if not any(codes) else f"; a root failed (exit {codes})"))
+    return 1 if any(codes) else 0
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] != ["prepare"]:
+        sys.exit(f"usage: {sys.argv[0]} prepare")
+    try:
+        sys.exit(prepare())
+    except AssertionError as exc:      # a build failed: its log's tail, not a traceback
+        sys.exit(f"packages: {exc}")

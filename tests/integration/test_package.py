@@ -1,13 +1,12 @@
-"""The packages (issue 34): the .deb of each Debian release installs with
-`apt-get install ./slurm-snap_*.deb` into a fresh root of that release and
-its checks pass there; the RPM spec builds and holds the .deb's files; every
-file of the package comes from the tree; an upgrade keeps the admin's
-configuration and migrates nothing until `slurm-snap db upgrade`; a purge
-leaves what docs/uninstall.md says it leaves.
+"""The packages (issue 34), the long suite's part: the RPM spec builds and
+holds the .deb's files; every file of the package comes from the tree; an
+upgrade keeps the admin's configuration and migrates nothing until
+`slurm-snap db upgrade`; a purge leaves what docs/uninstall.md says it leaves.
 
-Slow on a machine without cached roots (debootstrap, then a build per
-release: docs/packaging.md has the figures), so the long suite (marked
-`packages`), not CI, runs it; CI runs test_package_stage.py."""
+The RPM build alone costs about 10 min on a fresh machine (docs/packaging.md),
+so these are marked `packages`: `scripts/test -m packages tests/integration`,
+not CI. CI installs each .deb into a fresh root (test_package_install.py) and
+runs its dev cluster from the Debian 12 one (test_package_cluster.py)."""
 from __future__ import annotations
 
 import csv
@@ -24,12 +23,10 @@ from pathlib import Path
 import pytest
 
 import packages
-from packages import ROOT, fresh_root, install, remove_root, run_in
+from packages import ROOT, install, run_in
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.packages]
 
-CONF = "/etc/slurm-snap/slurm-snap.toml"
-HELPER = packages.HELPER
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,80 +35,11 @@ def built():
     return packages.build_all()
 
 
-@pytest.fixture
-def root_of(tmp_path):
-    made = []
-
-    def make(release):
-        made.append(fresh_root(release, tmp_path))
-        return made[-1]
-    yield make
-    for r in made:
-        remove_root(r)
-
-
 def deb_members(deb: Path) -> dict[str, tarfile.TarInfo]:
     """Path -> tar member of the .deb's data archive (dpkg-deb --fsys-tarfile)."""
     data = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         return {m.name.removeprefix("./").rstrip("/"): m for m in tar.getmembers() if m.name not in ("./", ".")}
-
-
-@pytest.mark.parametrize("release", sorted(packages.RELEASES))
-def test_deb_installs_and_checks_pass_in_a_fresh_root(release, root_of):
-    suffix, slurm, python = packages.RELEASES[release]
-    deb = packages.deb(release)
-    root = root_of(release)
-    assert not (root / "usr/bin/python3").exists()     # fresh: no Python before the package asks for it
-    install(root, deb)
-    r = run_in(root, "slurm-snap", "--version")
-    assert r.stdout.strip() == f"slurm-snap, version {packages.version()}", r.stdout
-    assert run_in(root, HELPER, "--version").stdout == r.stdout
-    # The venv runs the release's own Python, and the plugin is built for its Slurm.
-    assert (root / f"usr/lib/slurm-snap/venv/lib/python{python}/site-packages/slurm_snap").is_dir()
-    assert (root / "usr/share/slurm-snap/built-for-slurm").read_text().startswith(slurm + ".")
-    # The shipped configuration is valid as installed.
-    r = run_in(root, "slurm-snap", "config", "check")
-    assert f"# {CONF}: valid" in r.stdout
-    # doctor --local before the inventory exists: it says so, with the fix.
-    r = run_in(root, "slurm-snap", "doctor", "--local", "--json", check=False)
-    assert r.returncode == 3, r.stderr
-    found = {f["what"]: f for f in json.loads(r.stdout)["findings"]}
-    inv = [f for w, f in found.items() if w.startswith("inventory")]
-    assert len(inv) == 1 and not inv[0]["ok"] and "db upgrade" in inv[0]["what"] + inv[0]["fix"]
-    run_in(root, "slurm-snap", "db", "upgrade")
-    r = run_in(root, "slurm-snap", "doctor", "--local", "--json", check=False)
-    found = {f["what"]: f for f in json.loads(r.stdout)["findings"]}
-    assert any(w.startswith("inventory reachable") and f["ok"] for w, f in found.items()), found
-    # What is left is what this bare root lacks, each with its fix: btrfs-progs
-    # for the example's scratch class, the example's /lustre barrier directory.
-    bad = [f for f in found.values() if not f["ok"]]
-    assert bad and all(f["fix"] for f in bad), bad
-    assert any("btrfs" in f["what"] for f in bad) and any("barrier directory" in f["what"] for f in bad), bad
-    assert not any("pfs" in w for w in found)           # the SSH-reached Lustre class: not --local's
-    # The hook entry points run (no job: fail open, exit 0, say why).
-    r = run_in(root, "env", "SPANK_SLURM_SNAP=1", "/usr/libexec/slurm-snap/slurm-snap-epilog", check=False)
-    assert r.returncode == 0 and "slurm-snap: epilog" in r.stderr, r.stderr
-    # logrotate (recommended, so apt-get installed it) takes the package's file
-    # and rotates the hooks' log; the hooks open it per line, so a rename is enough.
-    log = root / "var/log/slurm-snap/hooks.log"
-    log.write_text('{"hook": "epilog"}\n')
-    run_in(root, "logrotate", "--force", "--state", "/tmp/logrotate.state", "/etc/logrotate.d/slurm-snap")
-    assert (root / "var/log/slurm-snap/hooks.log.1").read_text() == '{"hook": "epilog"}\n'
-    st = log.stat()
-    assert st.st_size == 0 and oct(st.st_mode & 0o777) == "0o640", oct(st.st_mode)
-    # plugstack.conf names files that exist in the package.
-    line = next(ln for ln in (root / "etc/slurm-snap/plugstack.conf").read_text().splitlines()
-                if ln.startswith("required"))
-    plugin, helper = line.split()[1], line.split()[2].removeprefix("helper=")
-    assert (root / plugin.lstrip("/")).is_file() and helper == HELPER
-    # The admin's files are conffiles; the units are installed, not enabled.
-    conffiles = run_in(root, "dpkg-query", "-W", "-f", "${Conffiles}", "slurm-snap").stdout
-    for f in ("/etc/slurm-snap/slurm-snap.toml", "/etc/slurm-snap/plugstack.conf", "/etc/default/slurm-snap",
-              "/etc/logrotate.d/slurm-snap"):
-        assert f in conffiles, conffiles
-    assert not list((root / "etc/systemd/system").glob("*/slurm-snap*"))
-    assert (root / "usr/lib/systemd/system/slurm-snap-serve.service").is_file()
 
 
 def _normalised(paths, *, rpm: bool) -> set[str]:

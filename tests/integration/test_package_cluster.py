@@ -5,8 +5,15 @@ entry points and helper, configured through /etc/slurm-snap/plugstack.conf
 and /etc/default/slurm-snap. A training job is snapshotted app-consistently
 through it; then `apt-get purge` leaves the machine without the package.
 
-Debian 12's package on this Debian 12 machine, with its Slurm 22.05 (the
-24.11 pass runs a Slurm built under /opt, which no Debian package targets)."""
+This is the session's `cluster` with SLURM_SNAP_TEST_PACKAGE=bookworm
+(conftest.py): scripts/test's sqlite crossdb pass, in CI, runs these tests
+and the crossdb tests (preemption across 3 nodes, the resume, users through
+the service) on that one cluster. Debian 12's package on this Debian 12
+machine, with its Slurm 22.05 (no Debian package targets the 24.11 built
+under /opt):
+
+    SLURM_SNAP_TEST_PACKAGE=bookworm SLURM_SNAP_TEST_INVENTORY=sqlite \
+        scripts/test -m "crossdb or package_cluster" tests/integration"""
 from __future__ import annotations
 
 import os
@@ -17,32 +24,20 @@ from pathlib import Path
 import pytest
 
 import packages
-from cluster import Cluster, new_state_dir, remove_state_dir, start_cluster
+from realcomponents import require
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_protocol_cluster import BATCH, _cli, _snapshot, _start_training  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.packages]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.package_cluster]
 PREFIX = "/usr/lib/slurm-snap"
 
 
 @pytest.fixture(scope="module")
-def package_cluster():
-    if os.environ.get("SLURM_SNAP_SLURM", "22.05") != "22.05":
-        pytest.skip("Debian 12's package targets Debian 12's Slurm 22.05")
-    deb = packages.deb("bookworm")
-    state = new_state_dir("slurm-snap-pkg-")
-    try:
-        yield start_cluster(state, "--package", str(deb))
-    finally:
-        proc = Cluster(state=state, env={}).down() if (state / "etc").exists() else None
-        if proc is not None and proc.returncode != 0:
-            sys.stderr.write(f"dev-cluster down {state} failed:\n{proc.stderr}\n")
-        remove_state_dir(state)
-        r = subprocess.run(["apt-get", "purge", "-y", "-q", "slurm-snap"], capture_output=True, text=True,
-                           timeout=600, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-        assert r.returncode == 0, r.stderr
-        assert not Path(PREFIX).exists() and not Path("/etc/default/slurm-snap").exists()
+def package_cluster(cluster):
+    require(os.environ.get("SLURM_SNAP_TEST_PACKAGE") == "bookworm",
+            "the session's cluster runs from the checkout: set SLURM_SNAP_TEST_PACKAGE=bookworm (module doc)")
+    return cluster
 
 
 def test_slurm_runs_the_packages_files(package_cluster):

@@ -1,14 +1,14 @@
-"""CI's check of the packages, in seconds: packaging/stage, which both
+"""The packages' layout, checked in seconds: packaging/stage, which both
 debian/rules and the RPM spec run, lays out on this host everything the
 packages hold but the venv, and each file is the tree's or made from it;
 the admin's files are the spec's %config files; plugstack.conf names the
 staged plugin and helper; logrotate rotates with the staged file.
 
-The packages themselves (debootstrap roots, the builds, install, upgrade
-and purge in fresh roots, the dev cluster from the .deb) cost far more on
-a fresh machine than CI's budget allows (docs/packaging.md has the
-figures): they are the long suite, `scripts/test -m packages tests/integration`
-(marked `packages`), which CI does not run."""
+The packages themselves take minutes: CI also builds
+both .debs and installs each into a fresh root (test_package_install.py)
+and runs a dev cluster from Debian 12's (test_package_cluster.py); the RPM,
+upgrade and purge are the long suite, `scripts/test -m packages tests/integration`
+(docs/packaging.md has the figures)."""
 from __future__ import annotations
 
 import os
