@@ -115,9 +115,11 @@ def _grace_observed(ctx, cfg, parts):
 def _print(findings, as_json: bool) -> None:
     bad = sum(1 for f in findings if not f.ok)
     unverified = sum(1 for f in findings if f.ok and not f.verified)
+    warned = sum(1 for f in findings if f.ok and f.verified and f.warn)
     if as_json:
         click.echo(json.dumps({"version": 1, "ok": bad == 0, "problems": bad,
-                               "findings": [{"ok": f.ok, "what": f.what, "fix": f.fix} for f in findings]},
+                               "findings": [{"ok": f.ok, "what": f.what, "fix": f.fix,
+                                             **({"warn": True} if f.ok and f.warn else {})} for f in findings]},
                               indent=2))
     else:
         for f in findings:
@@ -125,9 +127,12 @@ def _print(findings, as_json: bool) -> None:
                 click.echo(f"FAIL  {f.what}\n      fix: {f.fix}")
             elif not f.verified:
                 click.echo(f"CHECK {f.what}\n      how: {f.fix}")
+            elif f.warn:
+                click.echo(f"WARN  {f.what}\n      fix: {f.fix}")
             else:
                 click.echo(f"ok    {f.what}")
         by_hand = f", {unverified} to check by hand" if unverified else ""
-        click.echo(f"{len(findings) - bad - unverified} ok{by_hand}, {bad} problem(s)")
+        warnings = f", {warned} warning(s)" if warned else ""
+        click.echo(f"{len(findings) - bad - unverified - warned} ok{by_hand}{warnings}, {bad} problem(s)")
     if bad:
         raise click.exceptions.Exit(errors.CONFIG)
