@@ -187,9 +187,10 @@ def check_requeue(slurm: dict[str, str], cli_filter_expedites: bool | None) -> l
 
 def check_slurm_api(choice, version: SlurmVersion) -> Finding:
     """Which side talks to Slurm (slurm/api.py), and that a pyslurm in use
-    matches the controller too."""
+    matches the controller too. A refused pyslurm is a warning, not a
+    problem: slurm-snap asks through Slurm's commands, which work."""
     if choice.refused:
-        return Finding(False, f"Slurm API: Slurm's commands ({choice.why})", choice.refused)
+        return Finding(True, f"Slurm API: Slurm's commands ({choice.why})", choice.refused, warning=True)
     if choice.name == "pyslurm" and not choice.why.endswith(f"Slurm {version.series}"):
         return Finding(False, f"Slurm API: {choice.why}, but slurmctld runs {version}",
                        f"install pyslurm=={version.series}.* built against Slurm {version.series}'s headers")

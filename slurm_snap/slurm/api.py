@@ -201,12 +201,28 @@ def for_hook() -> Commands:
     return Commands()
 
 
+def import_failed(choice: Choice, exc: ImportError) -> Choice:
+    """A pyslurm whose metadata matches but whose extension does not load
+    against this libslurm (built against another Slurm's headers, libslurm
+    missing): the commands serve, and doctor names what to reinstall."""
+    series = choice.why.rsplit("Slurm ", 1)[-1]
+    return Choice("commands", f"{choice.why}, but `import pyslurm` failed: {str(exc)[:300]}",
+                  refused=f"pyslurm refused: it does not load against this Slurm ({str(exc)[:200]}); reinstall "
+                          f"pyslurm=={series}.* built against this Slurm's headers (README: 'pyslurm'), "
+                          "or uninstall pyslurm")
+
+
 def interface() -> Commands | Pyslurm:
     """The side chosen for this process (probed on first use)."""
     global _CHOSEN, _IFACE
     if _IFACE is None:
-        _CHOSEN = probe()
-        _IFACE = Pyslurm() if _CHOSEN.name == "pyslurm" else Commands()
+        choice, iface = probe(), None
+        if choice.name == "pyslurm":
+            try:
+                iface = Pyslurm()
+            except ImportError as exc:
+                choice = import_failed(choice, exc)
+        _CHOSEN, _IFACE = choice, iface or Commands()
     return _IFACE
 
 

@@ -108,7 +108,43 @@ def test_doctor_names_the_slurm_api_and_a_controller_of_another_version():
     skew = doctor.check_slurm_api(api.Choice("pyslurm", "pyslurm 25.11.2 matches Slurm 25.11"), SlurmVersion(26, 5))
     assert not skew.ok and "pyslurm==26.05.*" in skew.fix
     refused = doctor.check_slurm_api(api.choose("26.05", "25.11.2"), SlurmVersion(26, 5))
-    assert not refused.ok and "refused" in refused.fix
+    assert refused.ok and refused.warning and "pyslurm 25.11.2 refused" in refused.fix
+    assert "pyslurm==26.05.*" in refused.fix and "Slurm's commands" in refused.what
+
+
+def test_a_refused_pyslurm_is_a_warning_not_a_problem_in_doctors_output(capsys):
+    """The commands serve where pyslurm is refused: doctor says WARN with what
+    to install, and exits 0 when nothing else is wrong."""
+    from slurm_snap.cli import doctor_cmd
+    from slurm_snap.doctor.finding import Finding
+
+    refused = doctor.check_slurm_api(api.choose("24.11", "25.11.2"), SlurmVersion(24, 11, 5))
+    doctor_cmd._print([Finding(True, "something fine"), refused], as_json=False)
+    out = capsys.readouterr().out
+    assert "WARN  Slurm API: Slurm's commands (pyslurm 25.11.2 is for Slurm 25.11, Slurm 24.11 runs)" in out
+    assert "fix: pyslurm 25.11.2 refused: built for Slurm 25.11, this Slurm is 24.11; install pyslurm==24.11.*" in out
+    assert out.rstrip().endswith("1 ok, 1 warning(s), 0 problem(s)") and "FAIL" not in out
+    doctor_cmd._print([refused], as_json=True)
+    got = __import__("json").loads(capsys.readouterr().out)
+    assert got["ok"] and got["problems"] == 0 and got["findings"][0]["warning"] is True
+
+
+def test_a_matching_pyslurm_that_does_not_load_leaves_the_commands_in_charge(monkeypatch):
+    """Metadata says 25.11, but the extension does not load against this
+    libslurm: the process asks through the commands, and says why."""
+    monkeypatch.setattr(api, "probe", lambda: api.Choice("pyslurm", "pyslurm 25.11.2 matches Slurm 25.11"))
+    monkeypatch.setattr(api, "_IFACE", None)
+
+    def broken():
+        raise ImportError("libslurm.so.43: cannot open shared object file: No such file or directory")
+
+    monkeypatch.setattr(api, "Pyslurm", broken)
+    assert isinstance(api.interface(), api.Commands)
+    c = api.chosen()
+    assert c.name == "commands" and "libslurm.so.43" in c.why
+    assert c.refused.startswith("pyslurm refused") and "pyslurm==25.11.*" in c.refused
+    f = doctor.check_slurm_api(c, SlurmVersion(25, 11, 7))
+    assert f.ok and f.warning
 
 
 def test_the_cli_filter_asks_for_expedite_only_when_told():
