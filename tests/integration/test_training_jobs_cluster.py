@@ -175,6 +175,16 @@ def _timelimit_running(cluster, job: Job) -> None:
     job.facts["shown"] = cluster.run(["scontrol", "show", "job", "-o", str(job.jid)], host="ctl").stdout
 
 
+def _holding(cluster) -> str:
+    """What holds the nodes: every job Slurm knows, the nodes' states, and
+    slurmctld's lines on the preemption (for a preemptor that does not start)."""
+    squeue = cluster.run(["squeue", "-a", "-h", "-o", "%i %P %T %r %N %j %u %M %l"], timeout=30, host="ctl").stdout
+    sinfo = cluster.run(["sinfo", "-N", "-h", "-o", "%N %t %E"], timeout=30, host="ctl").stdout
+    log = [ln for ln in cluster.daemon_log().splitlines()[-400:]
+           if re.search(r"preempt|requeue|Kill|drain|epilog|prolog|COMPLETING", ln, re.I)]
+    return f"squeue:\n{squeue}sinfo:\n{sinfo}slurmctld:\n" + "\n".join(log[-60:])
+
+
 def _under_way(cluster, name: str, job: Job | None, wait) -> None:
     """wait(cluster, job); a job that does not get there is cancelled, and
     its own test fails saying why (the others go on)."""
@@ -200,7 +210,10 @@ def jobs(cluster):
             _under_way(cluster, name, job, _container_training if name == "containers" else _training)
         preemptor = cluster.preempt()
         # The time-limit job must not be preempted: it starts once the preemptor is gone.
-        cluster.wait_state(preemptor, TERMINAL_STATES, timeout=240)
+        try:
+            cluster.wait_state(preemptor, TERMINAL_STATES, timeout=240)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}\n{_holding(cluster)}") from None
         made["timelimit"] = _timelimit_job(cluster)
         _under_way(cluster, "timelimit", made["timelimit"], _timelimit_running)
         yield made
