@@ -33,6 +33,9 @@ ROOT = Caller(uid=0, name="root")
 NODES = ["n1", "n2", "n3", "n4"]
 
 
+pytestmark = pytest.mark.slow(14)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 @pytest.fixture(autouse=True)
 def _needs_root():
     from realcomponents import require

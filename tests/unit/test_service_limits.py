@@ -35,6 +35,9 @@ from slurm_snap.service.server import serve
 handle = server.Service.handle
 server.Service.handle = lambda self, sock, peer: (handle(self, sock, peer), time.sleep(0.5))
 cfg = config.load(sys.argv[1])
+pytestmark = pytest.mark.slow(15)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 def run_cli(argv):
     print("started", flush=True)
     time.sleep(float(argv[-1]))

@@ -40,6 +40,9 @@ default = true
 """
 
 
+pytestmark = pytest.mark.slow(9)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 def _loaded(code: str, env: dict) -> set[str]:
     """The modules a fresh interpreter (isolated, as the entry points start
     it) has after running `code`."""
