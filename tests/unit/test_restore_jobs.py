@@ -98,7 +98,7 @@ def test_a_node_that_never_reports_abandons_the_drill_and_leaves_the_set(invento
     w = node_local(world)
     set_id = add_node_local_set(inventory, w, nodes=("n1",))
     with pytest.raises(errors.BackendError, match="Prolog on n1 never reported"):
-        drill(inventory, w, SlurmHere(w.cfg, inventory, prolog=False)).run("42", command=w.command("ok"), deadline=5)
+        drill(inventory, w, SlurmHere(w.cfg, inventory, prolog=False)).run("42", command=w.command("ok"), deadline=2)
     with inventory.session() as repo:
         (rt,) = restore_tests(repo, set_id)
         assert rt.result == "FAILED" and rt.reason.startswith("drill aborted: ")
