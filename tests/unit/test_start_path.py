@@ -86,8 +86,12 @@ def test_the_submit_checks_imports_are_light(site):
     loaded = _loaded(
         "from slurm_snap.hooks.submit import validate_options\n"
         f"from slurm_snap import config; c = config.load({str(cfg)!r})\n"
-        "print(validate_options(c, volumes='scratch', consistency='app', resume_cmd='', every=None))", env)
+        "print(validate_options(c, volumes='scratch', consistency='app', resume_cmd='', every=None))\n"
+        # The duration grammar too (--snapshot-every, --snapshot-before-timelimit): scanned without re.
+        "print(validate_options(c, volumes='scratch', consistency='app', resume_cmd='', every='1h30min',\n"
+        "                       before_timelimit='00:10:00'))", env)
     assert not loaded & HEAVY, sorted(loaded & HEAVY)
+    assert "datetime" not in loaded
     assert "click" not in loaded
 
 
