@@ -5,7 +5,8 @@ every opted-in job, on its start path, and the SPANK plugin `slurm-snap
 --config FILE hook validate-options ...` inside every sbatch with slurm-snap
 options: those exact argvs skip click (about 25 ms of imports) and go
 straight to the hook runner or the submit check. `--version`, `--help` and
-`report --helpformat` are answered without click too (slurm_snap/helptext.py).
+`report --helpformat` are answered without click too (slurm_snap/helptext.py),
+and so is a user's command forwarded to the service (slurm_snap/forwarding.py).
 Everything else is the click CLI in slurm_snap.cli.
 """
 from __future__ import annotations
@@ -34,13 +35,20 @@ def entry() -> None:
         if text is not None:
             sys.stdout.write(text)
             sys.exit(0)
+    # A user's command on a login host or node goes to the service without
+    # click (forwarding.py says why); None: it runs here, through the CLI.
+    from . import forwarding
+
+    rc = forwarding.run(lambda: forwarding.forwarded(argv), argv)
+    if rc is not None:
+        sys.exit(rc)
     from .cli import main
 
-    sys.exit(main())
+    sys.exit(main(forward=False))
 
 
 def _after_global_options(argv: list[str]) -> list[str]:
-    """argv past the group's own --config/-v options (as cli._forwarded reads them)."""
+    """argv past the group's own --config/-v options (as forwarding.forwarded reads them)."""
     i = 0
     while i < len(argv):
         a = argv[i]

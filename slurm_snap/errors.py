@@ -2,7 +2,7 @@
 
 Every error a user or admin can cause is a subclass of SnapError with a message
 template and an exit code. Library code raises these; the CLI maps them to an
-exit status at one boundary (slurm_snap.cli.main). Anything else escaping is a
+exit status at one boundary (slurm_snap.forwarding.run, which cli.main wraps). Anything else escaping is a
 bug and exits with INTERNAL.
 """
 from __future__ import annotations

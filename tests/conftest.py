@@ -27,12 +27,32 @@ def pytest_collection_modifyitems(config, items):
     """The long fault suite (marked `long`) runs only as `scripts/test --long`
     (SLURM_SNAP_LONG=1): deselected, not skipped, in every other run, so CI
     neither pays for it nor reports it as a skip."""
-    if os.environ.get("SLURM_SNAP_LONG") == "1":
-        return
-    long = [item for item in items if item.get_closest_marker("long") is not None]
-    if long:
-        config.hook.pytest_deselected(items=long)
-        items[:] = [item for item in items if item.get_closest_marker("long") is None]
+    if os.environ.get("SLURM_SNAP_LONG") != "1":
+        long = [item for item in items if item.get_closest_marker("long") is not None]
+        if long:
+            config.hook.pytest_deselected(items=long)
+            items[:] = [item for item in items if item.get_closest_marker("long") is None]
+    if hasattr(config, "workerinput"):      # a pytest-xdist worker: scripts/test's unit run
+        _slow_files_first(items)
+
+
+def _slow_files_first(items) -> None:
+    """Files with a test marked `slow` run first, the slowest first (the
+    marker's seconds, measured idle), the rest after in their own order.
+    scripts/test's unit run hands whole files to its pytest-xdist workers in
+    this order (--dist loadfile --no-loadscope-reorder): a long file given
+    out last, while the other worker has nothing left to take, is the suite's
+    wall time (xdist's own order, most tests first, put the few long
+    PyTorch and benchmark files at the end). Every worker sorts the same
+    collection the same way, as xdist requires."""
+    weight: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("slow")
+        if mark is not None:
+            seconds = float(mark.args[0]) if mark.args else 1.0
+            weight[item.nodeid.split("::", 1)[0]] = max(seconds, weight.get(item.nodeid.split("::", 1)[0], 0.0))
+    if weight:
+        items.sort(key=lambda item: -weight.get(item.nodeid.split("::", 1)[0], 0.0))
 
 
 @pytest.fixture(autouse=True)

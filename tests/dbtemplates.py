@@ -10,8 +10,14 @@ test_the_migrations_build_exactly_the_models_schema still compares that
 schema with the models), then given to each test as a copy:
 
   SQLite      a file copy of the checkpointed template (about 1 ms);
-  PostgreSQL  CREATE DATABASE ... TEMPLATE (about 0.1 s) into this test
-              process's own database, dropped and made again per test;
+  PostgreSQL  CREATE DATABASE ... TEMPLATE into this test process's own
+              database (0.1 s idle, 1 s under load); the next test of the
+              process takes the same copy when it still is what the
+              template gave (tables, columns, indexes, constraints, Alembic
+              version, a digest of every table's rows, every sequence's
+              position; the other sessions on it ended first), or, for the
+              plain migrated template, once its rows are deleted and its
+              sequences put back (a few ms); anything else gets a new copy;
   MariaDB     it has no template databases and the test account owns one
               database (one per pytest-xdist worker): the migrated tables
               are emptied (DELETE) and their AUTO_INCREMENT counters put
@@ -37,6 +43,7 @@ _DIR: str | None = None
 _SQLITE: dict[str, str] = {}
 _PG: dict[tuple[str, str], str] = {}
 _PG_COPIES: dict[str, int] = {}
+_PG_SHAPES: dict[str, tuple] = {}    # copy -> its state as copied (_pg_state)
 _MARIADB_MIGRATED: dict[str, frozenset[str]] = {}
 _BUILT: dict[tuple[str, str], object] = {}
 
@@ -116,10 +123,17 @@ def _pg_drop_at_exit(admin, name: str) -> None:
 def postgresql(server_url: str, *, key: str = "migrated", build: Callable[[str], object] | None = None) -> str:
     """A fresh database of this process on the server of `server_url`, made
     from the migrated (then `build`-ed) template; returns its URL. The
-    previous copy of `key` is dropped first (its sessions with it)."""
+    previous copy of `key` is dropped first (its sessions with it), unless
+    it still is what the template gave (then kept) or, the plain migrated
+    one, can be emptied in place (_pg_as_copied says when)."""
     from sqlalchemy import text
     from sqlalchemy.engine import make_url
 
+    copy = f"slurmsnap_test_{key}_{os.getpid()}"
+    copy_url = make_url(server_url).set(database=copy).render_as_string(hide_password=False)
+    if copy in _PG_SHAPES and _pg_as_copied(copy_url, _PG_SHAPES[copy], empty=build is None):
+        return copy_url
+    _PG_SHAPES.pop(copy, None)
     admin = _pg_admin(server_url)
     try:
         template = _PG.get((server_url, key))
@@ -132,7 +146,6 @@ def postgresql(server_url: str, *, key: str = "migrated", build: Callable[[str],
                 _migrate(make_url(server_url).set(database=template).render_as_string(hide_password=False), build,
                          "postgresql", key)
                 _PG[(server_url, key)] = template
-            copy = f"slurmsnap_test_{key}_{os.getpid()}"
             if copy not in _PG_COPIES:
                 _pg_drop_at_exit(_pg_admin(server_url), copy)
             _PG_COPIES[copy] = _PG_COPIES.get(copy, 0) + 1
@@ -140,7 +153,87 @@ def postgresql(server_url: str, *, key: str = "migrated", build: Callable[[str],
             conn.execute(text(f'CREATE DATABASE "{copy}" TEMPLATE "{template}"'))
     finally:
         admin.dispose()
-    return make_url(server_url).set(database=copy).render_as_string(hide_password=False)
+    _PG_SHAPES[copy] = _pg_fingerprint(copy_url, empty=build is None)
+    return copy_url
+
+
+_PG_SCHEMA = (
+    "SELECT table_name, column_name, data_type, is_nullable, column_default FROM information_schema.columns "
+    "WHERE table_schema = 'public'",
+    "SELECT tablename, indexdef FROM pg_indexes WHERE schemaname = 'public'",
+    "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint "
+    "WHERE connamespace = 'public'::regnamespace",
+    "SELECT version_num FROM alembic_version",
+)
+_PG_TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename"
+_PG_SEQUENCES = "SELECT c.oid::regclass::text FROM pg_class c WHERE c.relkind = 'S' " \
+                "AND c.relnamespace = 'public'::regnamespace ORDER BY 1"
+
+
+def _pg_state(conn, schema: tuple | None = None) -> tuple:
+    """What a test could change of a copy: its tables, columns, indexes,
+    constraints and Alembic version (`schema` when known), every table's
+    rows (a digest, in any order) and every sequence's position."""
+    if schema is None:
+        schema = tuple(frozenset(conn.exec_driver_sql(q).all()) for q in _PG_SCHEMA)
+    rows = tuple((t, conn.exec_driver_sql(
+        f'SELECT count(*), md5(coalesce(string_agg(md5(r::text), \'\' ORDER BY md5(r::text)), \'\')) FROM "{t}" r'
+    ).one()) for t in conn.exec_driver_sql(_PG_TABLES).scalars().all())
+    sequences = tuple((q, conn.exec_driver_sql(f'SELECT last_value, is_called FROM {q}').one())
+                      for q in conn.exec_driver_sql(_PG_SEQUENCES).scalars().all())
+    return schema, rows, sequences
+
+
+def _pg_fingerprint(url: str, *, empty: bool) -> tuple:
+    from sqlalchemy import create_engine
+
+    eng = create_engine(url)
+    try:
+        with eng.connect() as conn:
+            state = _pg_state(conn)
+    finally:
+        eng.dispose()
+    if empty:
+        # Emptying is a faithful reset only while migrations insert no rows.
+        left = {t: n for t, (n, _digest) in state[1] if t != "alembic_version" and n}
+        assert not left, f"migrations left rows in {left}: dbtemplates.postgresql must restore them"
+    return state
+
+
+def _pg_as_copied(url: str, state: tuple, *, empty: bool) -> bool:
+    """Whether the copy at `url` is again what CREATE DATABASE ... TEMPLATE
+    gave (`state`): True when it still is, or (`empty`: the migrated
+    template, which holds no rows) once its rows are deleted and its
+    sequences put back; False where only a new copy will do."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import DBAPIError
+
+    eng = create_engine(url)
+    try:
+        with eng.begin() as conn:
+            # What DROP DATABASE ... WITH (FORCE) did: nobody else holds a
+            # lock, a transaction or a session's setting on it.
+            conn.execute(text("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                              "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+            now = _pg_state(conn)
+            if now == state:
+                return True
+            if not empty or now[0] != state[0] or [q for q, _v in now[2]] != [q for q, _v in state[2]]:
+                return False
+            conn.execute(text("SET LOCAL lock_timeout = '5s'"))
+            conn.execute(text("SET LOCAL session_replication_role = replica"))   # no foreign-key order to follow
+            for table, (n, _digest) in now[1]:
+                if n and table != "alembic_version":
+                    conn.exec_driver_sql(f'DELETE FROM "{table}"')
+            for (seq, value), (_same, was) in zip(now[2], state[2]):
+                if value != was:
+                    conn.execute(text("SELECT setval(CAST(:seq AS regclass), :v, :called)"),
+                                 {"seq": seq, "v": was[0], "called": was[1]})
+            return _pg_state(conn, now[0]) == state
+    except DBAPIError:
+        return False
+    finally:
+        eng.dispose()
 
 
 # --- MariaDB ---------------------------------------------------------------------------------------

@@ -34,9 +34,9 @@ def validate_options(cfg: Config, *, volumes: str | None, consistency: str, resu
         raise errors.BadValueError(what="--snapshot-resume-cmd", value=resume_cmd[:80],
                                    why="longer than 4096 characters or contains control characters")
     if every is not None:
-        from ..slurm.duration import parse_duration
+        from ..slurm.duration import seconds as duration_seconds
 
-        seconds = parse_duration(every, what="--snapshot-every").total_seconds()
+        seconds = duration_seconds(every, what="--snapshot-every")
         if seconds < MIN_EVERY_SECONDS:
             raise errors.BadValueError(what="--snapshot-every", value=every,
                                        why=f"under {MIN_EVERY_SECONDS} s: too frequent to be worth a snapshot")
@@ -62,9 +62,9 @@ def validate_options(cfg: Config, *, volumes: str | None, consistency: str, resu
 def _timelimit_margin(value: str) -> int:
     """--snapshot-before-timelimit's MARGIN in seconds: a duration in the one
     grammar, within what Slurm's --signal can carry."""
-    from ..slurm.duration import parse_duration
+    from ..slurm.duration import seconds as duration_seconds
 
-    seconds = int(parse_duration(value, what="--snapshot-before-timelimit").total_seconds())
+    seconds = int(duration_seconds(value, what="--snapshot-before-timelimit"))
     if not MIN_TIMELIMIT_MARGIN <= seconds <= MAX_TIMELIMIT_MARGIN:
         raise errors.BadValueError(what="--snapshot-before-timelimit", value=value,
                                    why=f"must be {MIN_TIMELIMIT_MARGIN} s to {MAX_TIMELIMIT_MARGIN} s "

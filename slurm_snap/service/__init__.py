@@ -15,3 +15,14 @@ digest) so a client knows the controller answered.
   client.py   forwarding a user's command; hook operations for nodes
   server.py   the forking server and what it lets each caller do
 """
+
+# The commands a user on another host runs on the controller through the
+# service (here, not in server.py: the CLI of every login host reads it
+# before it forwards, and server.py's imports are the service's own).
+USER_COMMANDS = ("report", "show", "snapshot", "restore-test")
+
+# What of the user's environment those commands read, and nothing else: the
+# zone times print in, and report's default columns (report_cmd.FORMAT_ENV).
+# Sent with the request; the child serving it sets each (or unsets it, so the
+# service's own environment never answers for the user).
+USER_ENVIRONMENT = ("TZ", "SLURM_SNAP_REPORT_FORMAT")

@@ -12,7 +12,7 @@ import sys
 import time
 
 from .. import errors
-from . import wire
+from . import USER_ENVIRONMENT, wire
 from .address import service_address
 
 # A busy service (service.max_connections) is asked again, with growing
@@ -155,8 +155,6 @@ def forward(cfg, argv: list[str]) -> int:
         elif "err" in obj:
             sys.stderr.write(obj["err"])
             sys.stderr.flush()
-
-    from .server import USER_ENVIRONMENT
 
     env = {name: os.environ[name] for name in USER_ENVIRONMENT if name in os.environ}
     # "tz" too, for a service older than "env".

@@ -49,17 +49,11 @@ import traceback
 from typing import Callable, Mapping
 
 from .. import access, errors
-from . import wire
+from . import USER_COMMANDS, USER_ENVIRONMENT, wire
 from .address import parse_address
 
 log = logging.getLogger(__name__)
 
-USER_COMMANDS = ("report", "show", "snapshot", "restore-test")
-# What of the user's environment those commands read, and nothing else: the
-# zone times print in, and report's default columns (report_cmd.FORMAT_ENV).
-# Sent with the request; the child serving it sets each (or unsets it, so the
-# service's own environment never answers for the user).
-USER_ENVIRONMENT = ("TZ", "SLURM_SNAP_REPORT_FORMAT")
 MAX_ENV_VALUE = 4096
 KINDS = ("cli", "op", "ping")
 # A request is one MUNGE credential; the largest slurm-snap sends (a

@@ -17,19 +17,12 @@ Standard library only: the hooks parse GraceTime on a job's path.
 """
 from __future__ import annotations
 
-import datetime as dt
-import re
-
 from ..errors import BadValueError
 
-# Slurm's time limits: with a '-' the part after it is hours[:minutes[:seconds]];
-# without, minutes:seconds or hours:minutes:seconds (a bare number is handled apart).
-_DAYS_CLOCK = re.compile(r"(\d+)-(\d+)(?::(\d+))?(?::(\d+))?")
-_CLOCK = re.compile(r"(?:(\d+):)?(\d+):(\d+)")
-_UNITS = re.compile(r"(?:(\d+)(?:weeks|week|w))?(?:(\d+)(?:days|day|d))?(?:(\d+)(?:hours|hour|h))?"
-                    r"(?:(\d+)(?:minutes|minute|min|m))?(?:(\d+)(?:seconds|second|sec|s))?")
-_UNIT_SECONDS = (7 * 86400, 86400, 3600, 60, 1)
-_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+# Unit words, largest first; within a unit the longer spelling is tried
+# first ("min" before "m", "seconds" before "s").
+_UNITS = ((("weeks", "week", "w"), 7 * 86400), (("days", "day", "d"), 86400), (("hours", "hour", "h"), 3600),
+          (("minutes", "minute", "min", "m"), 60), (("seconds", "second", "sec", "s"), 1))
 # What scontrol prints for "no limit".
 _UNLIMITED = frozenset({"UNLIMITED", "INFINITE", "NONE"})
 
@@ -39,38 +32,76 @@ FORMS = ("90s, 30min, 12h, 7d, 2w or Slurm's unit words (90seconds, 30minutes, 1
 SECONDS_FORMS = f"a number of seconds (30, 0.5), or {FORMS}"
 
 
-def parse_duration(text: str, *, bare_seconds: bool = False, what: str = "duration") -> dt.timedelta:
-    """The duration `text` names; BadValueError (naming `what` and the
-    accepted forms) otherwise. `bare_seconds`: a bare number is seconds."""
+def parse_duration(text: str, *, bare_seconds: bool = False, what: str = "duration"):
+    """The duration `text` names, a datetime.timedelta; BadValueError (naming
+    `what` and the accepted forms) otherwise. `bare_seconds`: a bare number
+    is seconds."""
+    import datetime as dt  # here: the submit check and the hooks need only seconds()
+
+    return dt.timedelta(seconds=seconds(text, bare_seconds=bare_seconds, what=what))
+
+
+def seconds(text: str, *, bare_seconds: bool = False, what: str = "duration") -> float:
+    """parse_duration's answer in seconds (an int unless a bare number had a
+    fraction). Scanned by hand, without `re`: the SPANK plugin's check of
+    --snapshot-every inside sbatch and the hooks' GraceTime read it, and
+    `re` with its compiled patterns was ~8 ms of such a process."""
     raw = (text or "").strip()
-    if _NUMBER.fullmatch(raw):
+    if _is_number(raw):
         if bare_seconds:
-            return dt.timedelta(seconds=float(raw))
+            return float(raw)
         raise BadValueError(what=what, value=text,
                             why=f"a bare number is ambiguous (sbatch --time reads {raw} as minutes): give a unit; "
                                 f"accepted: {FORMS}")
-    seconds = _seconds(raw)
-    if seconds is None:
+    found = _seconds(raw)
+    if found is None:
         raise BadValueError(what=what, value=text,
                             why=f"not a duration; accepted: {SECONDS_FORMS if bare_seconds else FORMS}")
-    return dt.timedelta(seconds=seconds)
+    return found
+
+
+def _digits(s: str) -> bool:
+    return s.isascii() and s.isdigit()
+
+
+def _is_number(raw: str) -> bool:
+    whole, dot, frac = raw.partition(".")
+    return _digits(whole) and (not dot or _digits(frac))
 
 
 def _seconds(raw: str) -> int | None:
     if not raw.isascii():
         return None
-    m = _DAYS_CLOCK.fullmatch(raw)
-    if m:
-        d, h, mi, s = (int(g or 0) for g in m.groups())
-        return ((d * 24 + h) * 60 + mi) * 60 + s
-    m = _CLOCK.fullmatch(raw)
-    if m:
-        h, mi, s = (int(g or 0) for g in m.groups())
+    if "-" in raw:                                   # D-HH[:MM[:SS]]
+        days, _sep, rest = raw.partition("-")
+        parts = rest.split(":")
+        if not _digits(days) or len(parts) > 3 or not all(_digits(p) for p in parts):
+            return None
+        h, mi, s = (int(p) for p in parts + ["0"] * (3 - len(parts)))
+        return ((int(days) * 24 + h) * 60 + mi) * 60 + s
+    if ":" in raw:                                   # MM:SS or HH:MM:SS
+        parts = raw.split(":")
+        if len(parts) not in (2, 3) or not all(_digits(p) for p in parts):
+            return None
+        h, mi, s = (int(p) for p in ["0"] * (3 - len(parts)) + parts)
         return (h * 60 + mi) * 60 + s
-    m = _UNITS.fullmatch(raw)
-    if raw and m and any(m.groups()):
-        return sum(int(g or 0) * unit for g, unit in zip(m.groups(), _UNIT_SECONDS))
-    return None
+    total, i, unit, found = 0, 0, 0, False           # 1d12h: counts with units, largest first, each once
+    while i < len(raw):
+        j = i
+        while j < len(raw) and raw[j].isdigit():
+            j += 1
+        if j == i:
+            return None
+        count = int(raw[i:j])
+        for k in range(unit, len(_UNITS)):
+            words, size = _UNITS[k]
+            word = next((w for w in words if raw.startswith(w, j)), None)
+            if word is not None:
+                break
+        else:
+            return None
+        total, i, unit, found = total + count * size, j + len(word), k + 1, True
+    return total if found else None
 
 
 def slurm_seconds(text: str | None) -> int | None:
@@ -80,6 +111,6 @@ def slurm_seconds(text: str | None) -> int | None:
     if not raw or raw.upper() in _UNLIMITED:
         return None
     try:
-        return int(parse_duration(raw, bare_seconds=True).total_seconds())
+        return int(seconds(raw, bare_seconds=True))
     except BadValueError:
         return None

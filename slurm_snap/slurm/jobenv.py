@@ -113,7 +113,7 @@ def from_environ(env=None) -> JobEnv:
 def _seconds(raw: str, option: str) -> int | None:
     if not raw:
         return None
-    from .duration import parse_duration
+    from .duration import seconds
 
-    return int(parse_duration(raw, what=option).total_seconds())
+    return int(seconds(raw, what=option))
 

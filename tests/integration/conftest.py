@@ -35,9 +35,15 @@ def pytest_collection_modifyitems(items):
     """Every test on the dev cluster's Slurm is marked `slurm`: the subset CI
     runs on the second Slurm version (scripts/test with SLURM_SNAP_SLURM=24.11).
     The 4-node cluster's tests (node-local parts moved between nodes) are not:
-    what they exercise above Slurm does not change with its version."""
+    what they exercise above Slurm does not change with its version. Nor is a
+    module that says so (ABOVE_SLURM = "why"): the schedule runner's timing,
+    the service's wire, the inventory under load, a drill's restore map. What
+    they ask of Slurm is asked by the tests that are marked (squeue --json by
+    test_slurm_api_cluster, the hooks by test_hooks, drills' sbatch by
+    test_drill_jobs_cluster), and the second version's tier stays within CI's
+    budget (README: Slurm versions)."""
     for item in items:
-        if "cluster" in getattr(item, "fixturenames", ()):
+        if "cluster" in getattr(item, "fixturenames", ()) and not getattr(item.module, "ABOVE_SLURM", ""):
             item.add_marker(pytest.mark.slurm)
 
 

@@ -52,9 +52,18 @@ cut_on, step = open(os.path.join(clone, "ckpt")).read().split()
 rank = int(os.environ.get("SLURM_PROCID", "0"))
 info = {{"rank": rank, "node": os.environ.get("SLURMD_NODENAME"), "cut_on": cut_on, "step": int(step),
         "netns": os.readlink("/proc/self/ns/net"), "uid": os.getuid(), "clone": clone}}
-with open(os.path.join(sys.argv[1], f"{{os.environ['SLURM_SNAP_RESTORE_SET']}}-{{os.environ['SLURM_JOB_ID']}}-{{rank}}.json"), "w") as f:
+mine = lambda r: os.path.join(sys.argv[1], f"{{os.environ['SLURM_SNAP_RESTORE_SET']}}-{{os.environ['SLURM_JOB_ID']}}-{{r}}.json")
+with open(mine(rank) + ".tmp", "w") as f:
     json.dump(info, f)
+os.rename(mine(rank) + ".tmp", mine(rank))
 if rank == 0:
+    # The drill ends at the first step rank 0 reports: wait for every rank's
+    # record first, so the drill's end cannot cut a slower rank short.
+    import time
+    ranks = int(os.environ.get("SLURM_NTASKS", "1"))
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(mine(r)) for r in range(ranks)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     print(f"SLURM_SNAP_FIRST_STEP {{int(step) + 1}}", flush=True)
 """
 

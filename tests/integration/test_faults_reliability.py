@@ -40,6 +40,10 @@ from testkit.inventory_helpers import sets_of_job
 
 pytestmark = pytest.mark.integration
 
+# Not in the second Slurm version's CI tier (tests/integration/conftest.py):
+ABOVE_SLURM = "the service and the database away; Slurm's part (Epilogs, requeue) is test_hooks' and test_lockstep_cluster's"
+
+
 REPO = Path(__file__).resolve().parents[2]
 ACTIVE = ("PENDING", "QUIESCING", "CUTTING", "CUT")
 STEP = re.compile(r"^step (\d+)$", re.M)

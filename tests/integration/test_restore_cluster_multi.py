@@ -30,6 +30,10 @@ from slurm_snap.restore.drill import Drill
 
 pytestmark = pytest.mark.integration
 
+# Not in the second Slurm version's CI tier (tests/integration/conftest.py):
+ABOVE_SLURM = "a drill's restore map across classes and transports; its job's sbatch is test_drill_jobs_cluster's"
+
+
 PROGRAM = textwrap.dedent('''
     import json, os, sys, time
     restored = json.loads(os.environ["SLURM_SNAP_RESTORE_MAP"])

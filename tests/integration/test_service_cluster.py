@@ -15,6 +15,10 @@ from test_protocol_cluster import BATCH, _start_training
 pytestmark = [pytest.mark.integration, pytest.mark.crossdb]
 
 
+# Not in the second Slurm version's CI tier (tests/integration/conftest.py):
+ABOVE_SLURM = "the service's wire and its per-user refusals, the same whatever Slurm runs"
+
+
 def _user_cli(cluster, *args: str, user: str | None = None, timeout: float = 120):
     return cluster.cli(*args, host="login", user=user or cluster.user, timeout=timeout)
 

@@ -24,6 +24,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "backup.md"
 HELPER = Path(sys.executable).with_name("slurm-snap")
 
 
+pytestmark = pytest.mark.slow(9)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 def blocks(section: str) -> tuple[str, str]:
     """The (backup, restore) shell blocks under `## section`."""
     text = DOC.read_text().split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]

@@ -20,6 +20,9 @@ sys.path.insert(0, str(BENCH))
 import common  # noqa: E402
 
 
+pytestmark = pytest.mark.slow(25)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 def load_run():
     loader = importlib.machinery.SourceFileLoader("bench_run", str(BENCH / "run"))
     spec = importlib.util.spec_from_loader("bench_run", loader)

@@ -23,6 +23,9 @@ from slurm_snap.jobrecords import JobRecord, ResumeRank, ResumeRecord, VolumeRec
 JOB = "55"
 
 
+pytestmark = pytest.mark.slow(25)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 def job_env(tmp_path, volumes) -> dict:
     jd = JobDir(str(tmp_path / "barrier"), JOB)
     jd.ensure(os.getuid())

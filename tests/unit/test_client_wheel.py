@@ -20,7 +20,7 @@ spec = importlib.util.spec_from_file_location("client_wheel", ROOT / "packaging"
 client_wheel = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(client_wheel)
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(5)   # seconds idle: the unit run starts this file early (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ TRAIN = os.path.join(REPO, "examples", "train.py")
 JOB = "4242"
 STEP = re.compile(r"^step (\d+) loss \d+\.\d+$")
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(14)   # seconds idle: the unit run starts this file early (tests/conftest.py)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -277,7 +277,10 @@ def _preempted_then_requeued(env):
 
 
 def test_requeue_while_the_preempted_set_is_still_cutting(tmp_path, capsys):
-    env = make_env(tmp_path, nodes=("n1", "n2"))
+    # The Prolog waits half its hook budget for the set in flight before it
+    # gives up on it: 2 s here (with the default 20, 10 s of the unit suite).
+    env = make_env(tmp_path, nodes=("n1", "n2"),
+                   extra={"timeouts": {"barrier": 5.0, "backend_call": 5.0, "hook_budget": 4.0}})
     set_id, _t = _preempted_then_requeued(env)
     # the requeued run's Prolog finds no finished app-consistent set: no resume.json from a half-made set
     assert preempt.prepare_resume(env.cfg, env.inv, Job(env, "n1", 1)) is None

@@ -16,6 +16,9 @@ from testkit.inventory_helpers import sets_of_job
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.timezone.utc)
 
 
+pytestmark = pytest.mark.slow(18)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 def _job(repo, job_id=100, restart=0, user="alice"):
     run = repo.record_job_run(job_id=job_id, restart_count=restart, user_name=user, uid=1000,
                               partition="low", nodes=["n1", "n2", "n3"], options={"on_preempt": True})

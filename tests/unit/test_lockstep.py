@@ -30,7 +30,7 @@ JOB = "5151"
 STEP = re.compile(r"^step (\d+) loss ")
 PARAMS = re.compile(r"^params step (\d+) rank (\d+) ([0-9a-f]+)$")
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(30)   # seconds idle: the unit run starts this file early (tests/conftest.py)
 
 
 @pytest.fixture(scope="module", autouse=True)

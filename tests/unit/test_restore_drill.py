@@ -15,6 +15,9 @@ from slurm_snap.restore.drill import Drill
 from test_restore_support import OWNER, add_set, tree_digest, world  # noqa: F401  (fixture)
 from testkit.inventory_helpers import restore_tests, sets_of_job
 
+pytestmark = pytest.mark.slow(20)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 @pytest.fixture(autouse=True)
 def _needs_root():
     from realcomponents import require

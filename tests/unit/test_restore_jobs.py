@@ -33,6 +33,9 @@ ROOT = Caller(uid=0, name="root")
 NODES = ["n1", "n2", "n3", "n4"]
 
 
+pytestmark = pytest.mark.slow(14)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 @pytest.fixture(autouse=True)
 def _needs_root():
     from realcomponents import require
@@ -95,7 +98,7 @@ def test_a_node_that_never_reports_abandons_the_drill_and_leaves_the_set(invento
     w = node_local(world)
     set_id = add_node_local_set(inventory, w, nodes=("n1",))
     with pytest.raises(errors.BackendError, match="Prolog on n1 never reported"):
-        drill(inventory, w, SlurmHere(w.cfg, inventory, prolog=False)).run("42", command=w.command("ok"), deadline=5)
+        drill(inventory, w, SlurmHere(w.cfg, inventory, prolog=False)).run("42", command=w.command("ok"), deadline=2)
     with inventory.session() as repo:
         (rt,) = restore_tests(repo, set_id)
         assert rt.result == "FAILED" and rt.reason.startswith("drill aborted: ")

@@ -23,6 +23,9 @@ from slurm_snap.slurm.commands import running_from_json
 T0 = dt.datetime(2026, 12, 2, 8, 0, 0, tzinfo=dt.timezone.utc)
 
 
+pytestmark = pytest.mark.slow(10)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 def cfg_with(**schedule):
     restore = schedule.pop("restore", {})
     return config_mod.from_dict({"schedule": schedule, "restore": restore})

@@ -31,6 +31,9 @@ from test_access_cli import OTHER, OTHER_UID, OWNER, OWNER_UID
 MUNGED = "/usr/sbin/munged"
 
 
+pytestmark = pytest.mark.slow(14)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -25,6 +25,8 @@ from slurm_snap.service import wire
 from test_access_cli import OWNER, OWNER_UID
 from test_service import _free_port, munge_socket  # noqa: F401  (a fixture)
 
+pytestmark = pytest.mark.slow(15)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
 SERVER = """
 import sys, time
 from slurm_snap import config
@@ -35,6 +37,8 @@ from slurm_snap.service.server import serve
 handle = server.Service.handle
 server.Service.handle = lambda self, sock, peer: (handle(self, sock, peer), time.sleep(0.5))
 cfg = config.load(sys.argv[1])
+
+
 def run_cli(argv):
     print("started", flush=True)
     time.sleep(float(argv[-1]))

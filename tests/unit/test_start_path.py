@@ -40,6 +40,9 @@ default = true
 """
 
 
+pytestmark = pytest.mark.slow(9)   # seconds idle: the unit run starts this file early (tests/conftest.py)
+
+
 def _loaded(code: str, env: dict) -> set[str]:
     """The modules a fresh interpreter (isolated, as the entry points start
     it) has after running `code`."""
@@ -83,8 +86,12 @@ def test_the_submit_checks_imports_are_light(site):
     loaded = _loaded(
         "from slurm_snap.hooks.submit import validate_options\n"
         f"from slurm_snap import config; c = config.load({str(cfg)!r})\n"
-        "print(validate_options(c, volumes='scratch', consistency='app', resume_cmd='', every=None))", env)
+        "print(validate_options(c, volumes='scratch', consistency='app', resume_cmd='', every=None))\n"
+        # The duration grammar too (--snapshot-every, --snapshot-before-timelimit): scanned without re.
+        "print(validate_options(c, volumes='scratch', consistency='app', resume_cmd='', every='1h30min',\n"
+        "                       before_timelimit='00:10:00'))", env)
     assert not loaded & HEAVY, sorted(loaded & HEAVY)
+    assert "datetime" not in loaded
     assert "click" not in loaded
 
 
@@ -297,3 +304,31 @@ def test_spawn_kills_the_whole_session_at_its_deadline(tmp_path):
         time.sleep(0.02)
     else:
         pytest.fail(f"the tool's child {pid} outlived the deadline")
+
+
+def test_a_forwarded_command_goes_to_the_service_without_click_and_says_the_same(tmp_path):
+    """On a login host (the config names the service) a user's command is
+    forwarded before click is imported (forwarding.py); a controller's
+    command is refused the same way. Answers, good and bad, are the CLI's."""
+    import socket
+
+    with socket.socket() as s:                      # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = tmp_path / "login.toml"
+    cfg.write_text(f'[inventory]\nurl = "slurm-snap://127.0.0.1:{port}"\n')
+    env = {"SLURM_SNAP_CONFIG_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    for args in (["report"], ["-v", "show", "7"], ["prune", "--apply"], ["report", "--helpformat"]):
+        fast = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {REPO!r}); "
+                               "sys.argv[0] = 'slurm-snap'; from slurm_snap.entry import entry; entry()",
+                               "--config", str(cfg), *args], capture_output=True, text=True, env=env, timeout=60)
+        slow = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {REPO!r}); "
+                               "sys.argv[0] = 'slurm-snap'; from slurm_snap.cli import main; sys.exit(main())",
+                               "--config", str(cfg), *args], capture_output=True, text=True, env=env, timeout=60)
+        assert (fast.returncode, fast.stdout, fast.stderr) == (slow.returncode, slow.stdout, slow.stderr), args
+    assert fast.returncode == 0 and "RPO" in fast.stdout                   # --helpformat: answered here
+    loaded = _loaded("import sys; sys.argv = ['slurm-snap', '--config', %r, 'report']\n"
+                     "from slurm_snap.entry import entry\ntry:\n    entry()\nexcept SystemExit:\n    pass" % str(cfg),
+                     env)
+    assert not {m for m in loaded if m.split(".")[0] in ("click", "sqlalchemy")}
+    assert "slurm_snap.service.server" not in loaded and "slurm_snap.cli" not in loaded
