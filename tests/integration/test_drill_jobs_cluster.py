@@ -256,4 +256,5 @@ def test_a_full_cycle_runs_no_user_program_on_ctl_and_no_ssh_from_ctl(cluster):
           f"scheduled drill queued {test[3]:.1f} s, first step {test[4]:.2f} s on {test[2]}; "
           f"on request {here['queued_seconds']:.1f} s + {here['time_to_first_step']:.2f} s, "
           f"through the service {there['queued_seconds']:.1f} s + {there['time_to_first_step']:.2f} s; "
-          f"{sampler.samples} samples of ctl, user processes there: {sorted(set(c for _e, c in sampler.seen.values()))}")
+          f"{sampler.samples} samples of ctl, user processes there: "
+          f"{sorted(set(c for _e, c in sampler.seen.values()))}")
