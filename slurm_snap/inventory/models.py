@@ -7,6 +7,9 @@ there (only there) timestamps are DATETIME(6) and seconds DOUBLE (migration
 0007): an acknowledgement written in the request's own second must still
 compare as after it, and a drill's time to first step must read back as written.
 Queries do not live here: see the query modules beside it (repository.py lists them).
+
+Length: one file for the one schema: the tables refer to each other (foreign keys,
+relationships), and a migration is checked against all of them at once.
 """
 from __future__ import annotations
 

@@ -269,8 +269,13 @@ def test_cluster_hooks_are_installed_with_absolute_paths(cluster):
         assert cluster.on(host, Path(cluster.config).read_text) == cluster.config_path(host).read_text(), host
     texts = {h: cluster.config_path(h).read_text() for h in cluster.hosts}
     assert len(set(texts.values())) == 5
-    # The nodes' settings are the same; only their comments name the host.
+    # The nodes' settings are the same but for [node] name, each its own Slurm
+    # node name (its agent's node tasks); only their comments name the host.
     settings = {n: [ln for ln in texts[n].splitlines() if not ln.startswith("#")] for n in cluster.nodes}
+    for n in cluster.nodes:
+        names = [i for i, ln in enumerate(settings[n]) if ln.startswith("name = ") and settings[n][i - 1] == "[node]"]
+        assert len(names) == 1 and settings[n][names[0]] == f'name = "{n}"', (n, settings[n])
+        del settings[n][names[0]]
     assert settings["n1"] == settings["n2"] == settings["n3"]
     assert all(f"host {h} of the dev cluster" in texts[h] for h in cluster.hosts)
 

@@ -279,7 +279,7 @@ def test_lightning_job_with_its_auto_requeue_gives_one_checkpoint_one_requeue_on
         assert len(resumed) == 6 and len(set(resumed)) == 1, resumed
         resumed_step, source = resumed[0]
         assert int(resumed_step) == step and "/.snapshots/" in source
-        assert min(int(n) for n in re.findall(r"^step (\d+) loss", _text(log)[_text(log).find("resumed"):],
+        assert min(int(n) for n in re.findall(r"^step (\d+) loss", _text(log)[RESUMED.search(_text(log)).start():],
                                                 re.M)) == step + 1
         # One checkpoint: ours; Lightning's auto-requeue saved no hpc_ckpt and requeued nothing.
         assert not list(cluster.user_dir().rglob("hpc_ckpt_*.ckpt"))

@@ -122,7 +122,7 @@ def test_a_refused_pyslurm_is_a_warning_not_a_problem_in_doctors_output(capsys):
     doctor_cmd._print([Finding(True, "something fine"), refused], as_json=False)
     out = capsys.readouterr().out
     assert "WARN  Slurm API: Slurm's commands (pyslurm 25.11.2 is for Slurm 25.11, Slurm 24.11 runs)" in out
-    assert "fix: pyslurm 25.11.2 refused: built for Slurm 25.11, this Slurm is 24.11; install pyslurm==24.11.*" in out
+    assert "why: pyslurm 25.11.2 refused: built for Slurm 25.11, this Slurm is 24.11; install pyslurm==24.11.*" in out
     assert out.rstrip().endswith("1 ok, 1 warning(s), 0 problem(s)") and "FAIL" not in out
     doctor_cmd._print([refused], as_json=True)
     got = __import__("json").loads(capsys.readouterr().out)
