@@ -243,14 +243,15 @@ def test_a_full_cycle_runs_no_user_program_on_ctl_and_no_ssh_from_ctl(cluster):
     for info in infos:
         assert node_ns.get(info["netns"]) == info["node"] and info["uid"] == uid, info
         assert info["cut_on"] == nodes[info["rank"]], info     # rank k resumed from the job's node k's part
-    # Nobody of the user on ctl but Slurm's sbatch (the submission MUNGE
-    # authenticates): by its executable, not by what its command line says.
-    others = {pid: seen for pid, seen in sampler.seen.items() if seen[0] != sbatch_exe}
-    assert sampler.samples > 100 and not others, (sbatch_exe, others)
-    assert sampler.seen, "no drill job was submitted from ctl?"
     # No SSH connection reached any node.
     for n in cluster.nodes:
         assert _sshd_log(cluster, n)[ssh_before[n]:].strip() == "", (n, _sshd_log(cluster, n)[ssh_before[n]:])
+    # Nobody of the user on ctl but Slurm's sbatch (the submission MUNGE
+    # authenticates): by its executable, not by what its command line says.
+    # The sampler need not catch sbatch itself (it lives a few ms: the control
+    # above shows what it does catch).
+    others = {pid: seen for pid, seen in sampler.seen.items() if seen[0] != sbatch_exe}
+    assert sampler.samples > 100 and not others, (sbatch_exe, others)
     print(f"\ncycle: cut after {t_cut - t0:.1f} s, scheduled drill (copies + job) {t_sched - t_cut:.1f} s, "
           f"two more drills {t_drills - t_sched:.1f} s, prune by the agents {t_prune - t_drills:.1f} s; "
           f"scheduled drill queued {test[3]:.1f} s, first step {test[4]:.2f} s on {test[2]}; "
