@@ -56,6 +56,9 @@ StrictModes no
 X11Forwarding no
 AllowTcpForwarding no
 PrintMotd no
+# VERBOSE: every TCP connection is a line ("Connection from ADDR"), even one
+# that never authenticates (tests/integration/test_drill_jobs_cluster.py).
+LogLevel VERBOSE
 Subsystem sftp internal-sftp
 CONF
 	done

@@ -44,7 +44,8 @@ def command(ctx, no_slurm, no_nodes, local_only, node, as_json):
     against SECURITY.md: the service's port against Slurm's (slurm.conf,
     slurmdbd.conf) and the ephemeral range, owners and modes of the
     configuration, the SQLite inventory, the SSH key and known_hosts and
-    munge's key, SSH as root. Slurm unreachable is a finding; the other
+    munge's key, SSH as root, a non-root SSH account's sudo rule on each
+    host it logs in to (`sudo -n -l`). Slurm unreachable is a finding; the other
     checks still run. Exit 0 when every check passed, 3 otherwise."""
     cfg = ctx.config
     no_slurm = no_slurm or local_only
@@ -72,6 +73,9 @@ def command(ctx, no_slurm, no_nodes, local_only, node, as_json):
     if not cfg.via_service and node is None and not local_only:
         # The account other hosts are reached with: not this host's own fact.
         findings += security_checks.check_ssh_account(cfg)
+        hosts = security_checks.sudo_hosts(cfg, nodes if controller else None)
+        if hosts:
+            findings += security_checks.check_sudo_rules(cfg.ssh.user, probes.sudo_rules(cfg, hosts))
         # Where drills and root's reach go: a host with the inventory runs them.
         findings += site_checks.check_who_runs_what(cfg)
     if controller and nodes is not None:

@@ -15,5 +15,6 @@ prints:
     site_checks.py   slurm-snap's own side (inventory, volume classes, barrier
                      directory) and the cluster's (service, SSH host keys, nodes)
     security_checks.py  the live setup against SECURITY.md (the service's
-                     port, owners and modes of trusted files, SSH as root)
+                     port, owners and modes of trusted files, SSH as root, a
+                     non-root SSH account's sudo rule)
 """

@@ -130,3 +130,13 @@ class PortFacts:
     slurm: dict
     dbd_conf: str | None
     ephemeral: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class SudoFacts:
+    """What `sudo -n -l` printed on `host` for the SSH account (status and
+    text), or `error` when the host could not be asked."""
+    host: str
+    status: int | None = None
+    text: str = ""
+    error: str = ""

@@ -19,7 +19,7 @@ from ..slurm import hooknames
 from ..slurm.commands import DEFAULT_SLURM_CONF
 from ..slurm.version import config_values
 from .facts import (ClassTools, FileFacts, FsType, HookScript, InventoryReach, LocalFacts, NodeFacts, NodeReport,
-                    PortFacts, TopologyFacts)
+                    PortFacts, SudoFacts, TopologyFacts)
 
 # Enough of a hook script to find the entry point's name in a wrapper.
 SCRIPT_BYTES = 64 * 1024
@@ -291,3 +291,21 @@ def port_facts(slurm: dict[str, str]) -> PortFacts:
     except (OSError, ValueError):
         ephemeral = None
     return PortFacts(slurm=dict(slurm), dbd_conf=read_text(os.path.join(base, "slurmdbd.conf")), ephemeral=ephemeral)
+
+
+def sudo_rules(cfg: Config, hosts: list[str]) -> list[SudoFacts]:
+    """`sudo -n -l` as the SSH account on each host (host key verified; the
+    tool itself, not through sudo). For a non-root [ssh] user."""
+    from ..backends.ssh import SshTransport
+
+    out = []
+    for host in hosts:
+        try:
+            t = SshTransport(host, known_hosts=cfg.ssh.known_hosts, key_file=cfg.ssh.key, user=cfg.ssh.user,
+                             port=cfg.ssh.port, connect_timeout=cfg.ssh.connect_timeout)
+            r = t._run(["sudo", "-n", "-l"], 30, sudo=False)
+        except SnapError as exc:
+            out.append(SudoFacts(host=host, error=str(exc)))
+            continue
+        out.append(SudoFacts(host=host, status=r.status, text=r.text))
+    return out

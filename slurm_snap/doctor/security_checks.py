@@ -6,8 +6,9 @@ the files slurm-snap trusts are root's and nobody else may write them or
 their directories; those holding a credential (a database password, the
 SSH key, the SQLite inventory, munge's key) are readable by their owner
 alone; SSH, where a site still uses it, logs in as a restricted account,
-not as root. Each function judges facts the probes gathered (probes.py:
-file_facts, port_facts) and returns findings.
+not as root, whose sudo rule allows no shell and not ALL. Each function
+judges facts the probes gathered (probes.py: file_facts, port_facts,
+sudo_rules) and returns findings.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import re
 
 from ..config import Config
 from ..service.address import parse_address
-from .facts import FileFacts, PortFacts
+from .facts import FileFacts, PortFacts, SudoFacts
 from .finding import Finding
 
 # The slurmrestd port Slurm's documentation and most sites use; it is in no
@@ -149,6 +150,86 @@ def check_ssh_account(cfg: Config) -> list[Finding]:
     root = cfg.ssh.user == "root"
     return [Finding(not root, f"SSH for volume class(es) {', '.join(classes)} logs in as {cfg.ssh.user!r}"
                     + (": whoever holds this host's key is root wherever it reaches" if root else
-                       " (not root: its forced command or sudo rule is the site's, SECURITY.md)"),
+                       " (not root: its sudo rule is asked on each host it reaches, a forced command is the "
+                       "site's: SECURITY.md)"),
                     "use a non-root account with a forced command or a sudo rule allowing only the snapshot "
                     f"tools ([ssh] user in {cfg.path}; SECURITY.md, \"SSH\")")]
+
+
+# A sudo rule naming one of these lets the account run anything as root.
+_ANY = frozenset({"ALL", "sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "su", "sudo", "sudoedit", "env",
+                  "python", "python3", "perl", "vi", "vim", "less", "find", "systemctl"})
+# These write any file as root with the arguments the controller picks; the
+# copying backends need some of them (cp --reflink, tar): a warning.
+_WRITES = frozenset({"cp", "mv", "dd", "tee", "tar", "chmod", "chown", "rsync", "install"})
+
+
+def sudo_hosts(cfg: Config, nodes: list[str] | None) -> list[str]:
+    """Where a non-root SSH account logs in (whose sudo rule doctor asks):
+    the shared SSH classes' hosts, and `nodes` (None: not known here) when a
+    node-local class has transport = "ssh". Nothing for root (its own
+    finding) or without SSH classes."""
+    from ..backends.factory import ssh_host
+
+    if cfg.ssh.user == "root":
+        return []
+    hosts = [vc.host for vc in cfg.volume_classes if vc.transport == "ssh" and vc.scope == "shared" and vc.host]
+    if nodes and any(vc.transport == "ssh" and vc.scope == "node-local" for vc in cfg.volume_classes):
+        hosts += [ssh_host(cfg, n) for n in nodes]
+    return list(dict.fromkeys(hosts))
+
+
+def sudo_commands(text: str) -> list[str] | None:
+    """The commands `sudo -l` lists as allowed (its tags, NOPASSWD: and the
+    like, and the run-as part dropped), or None when `text` has no such list
+    (no sudo rule, or a forced command answered instead). Pure."""
+    lines = text.splitlines()
+    at = next((i for i, line in enumerate(lines) if "may run the following commands" in line), None)
+    if at is None:
+        return None
+    out = []
+    for line in lines[at + 1:]:
+        if not line.startswith((" ", "\t")) or not line.strip():
+            break
+        entry = re.sub(r"^\s*\([^)]*\)\s*", "", line)
+        entry = re.sub(r"^(?:[A-Z_]+:\s*)+", "", entry)
+        out += [c.strip() for c in entry.split(",") if c.strip()]
+    return out
+
+
+def _program(command: str) -> str:
+    first = command.split()[0] if command.split() else ""
+    return first.rsplit("/", 1)[-1]
+
+
+def check_sudo_rules(user: str, facts: list[SudoFacts]) -> list[Finding]:
+    """A non-root SSH account's sudo rule on each host it logs in to allows the
+    snapshot tools only: none may be ALL, a shell or a program that writes
+    any file. A forced command (authorized_keys) answers for itself: a line
+    to check by hand, as is a host that could not be asked."""
+    out = []
+    for f in facts:
+        how = f"check by hand: ssh {user}@{f.host} sudo -n -l (SECURITY.md, \"What each credential grants\")"
+        if f.error:
+            out.append(Finding(True, f"{user}'s sudo rule on {f.host}: cannot ask ({f.error})", how, verified=False))
+            continue
+        commands = sudo_commands(f.text)
+        if commands is None:
+            out.append(Finding(True, f"{user}'s sudo rule on {f.host}: `sudo -n -l` listed no commands (exit "
+                                     f"{f.status}): a forced command, or no sudo rule", how, verified=False))
+            continue
+        wide = [c for c in commands if c == "ALL" or _program(c) in _ANY]
+        writes = [c for c in commands if _program(c) in _WRITES]
+        shown = ", ".join(commands[:4]) + (f", ... ({len(commands)} in all)" if len(commands) > 4 else "")
+        fix = f"allow only the snapshot tools in {user}'s sudo rule on {f.host} (etc/README.md has an example)"
+        if wide:
+            out.append(Finding(False, f"{user}'s sudo rule on {f.host} allows {', '.join(wide)}: any command as root",
+                               fix))
+        elif writes:
+            out.append(Finding(True, f"{user}'s sudo rule on {f.host} allows {', '.join(writes)}: writing any "
+                                     "file there as root, with the arguments the controller picks",
+                               "a copying backend needs it; narrow its arguments in the rule where the "
+                               f"backend allows (SECURITY.md, \"SSH to compute nodes\"); {fix}", warning=True))
+        else:
+            out.append(Finding(True, f"{user}'s sudo rule on {f.host} allows only: {shown}"))
+    return out

@@ -77,13 +77,22 @@ def check_who_runs_what(cfg: Config) -> list[Finding]:
     else:
         out.append(Finding(True, "restore drills run as Slurm jobs of the job's owner on its nodes "
                                  "([restore] mode = \"job\")"))
-    over_ssh = [vc for vc in cfg.volume_classes if vc.transport == "ssh"]
-    local = [vc.name for vc in over_ssh if vc.scope == "node-local"]
-    if local:
-        out.append(Finding(True, f"node-local class(es) {', '.join(local)} with transport = \"ssh\": on-demand and "
-                                 "periodic cuts reach the nodes from this host over SSH",
-                           "drills, deletes and copies of node-local parts are done on the node (Prolog, node "
-                           "agent) whatever the transport; only the coordinator's cuts use SSH to nodes",
+    node_local = [vc for vc in cfg.volume_classes if vc.scope == "node-local"]
+    cuts = [vc.name for vc in node_local if vc.transport == "ssh"]
+    # SECURITY.md, "SSH to compute nodes": what still goes from here to a node.
+    uses = []
+    if cuts:
+        uses.append(f"on-demand and periodic cuts of node-local class(es) {', '.join(cuts)} (transport = \"ssh\")")
+    if node_local and cfg.restore.move_budget > 0:
+        uses.append(f"a requeued run's node-local parts moved to its new nodes ([restore] move_budget = "
+                    f"{cfg.restore.move_budget:g})")
+    if uses:
+        out.append(Finding(True, f"SSH from this host to compute nodes as {cfg.ssh.user!r} for: {'; '.join(uses)}",
+                           "drills' clones, deletes and partner copies of node-local parts are done on the node "
+                           "(Prolog, node tasks) whatever the transport; these, --other-nodes drills and repair's "
+                           "probes still log in to nodes. For none: node-local classes at transport = \"local\" "
+                           "without on-demand or periodic cuts, [restore] move_budget = 0 (SECURITY.md, "
+                           "\"SSH to compute nodes\")",
                            warning=True))
     return out
 

@@ -177,3 +177,35 @@ def test_db_status_text_is_unchanged(tmp_path, capsys):
     capsys.readouterr()
     assert main(["--config", cfg, "db", "status"]) == 0
     assert capsys.readouterr().out == f"current: {db.SCHEMA_HEAD}\nhead:    {db.SCHEMA_HEAD}\n"
+
+
+def test_doctor_asks_a_restricted_ssh_accounts_sudo_rule_on_its_host(tmp_path, capsys, monkeypatch):
+    """SECURITY.md: the account runs only the snapshot tools; doctor asks
+    `sudo -n -l` on the class's host and fails a rule that allows ALL."""
+    from slurm_snap.doctor.facts import SudoFacts
+
+    cfg = write_cfg(tmp_path, '''user = "snapshot"
+[[volume_class]]
+name = "pfs"
+prefix = "/lustre/projects"
+scope = "shared"
+backend = "lustre"
+transport = "ssh"
+host = "mgs01"
+[volume_class.options]
+fsname = "lustre"
+''')
+    assert main(["--config", cfg, "db", "upgrade"]) == 0
+    asked = []
+
+    def sudo_rules(cfg_, hosts):
+        asked.append((cfg_.ssh.user, hosts))
+        return [SudoFacts(h, 0, f"User snapshot may run the following commands on {h}:\n    (ALL) NOPASSWD: ALL\n")
+                for h in hosts]
+    monkeypatch.setattr(probes, "sudo_rules", sudo_rules)
+    capsys.readouterr()
+    assert main(["--config", cfg, "doctor", "--no-slurm", "--json"]) == errors.CONFIG
+    found = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["what"].startswith("snapshot's sudo rule")]
+    assert asked == [("snapshot", ["mgs01"])]
+    assert [(f["ok"], f["what"]) for f in found] == [(False, "snapshot's sudo rule on mgs01 allows ALL: any command "
+                                                             "as root")]

@@ -187,6 +187,55 @@ def test_ssh_as_root_is_a_failure_a_restricted_account_is_not(tmp_path):
     assert failed(none) == [] and "no volume class reaches a host over SSH" in none[0].what
 
 
+SUDO_L = """Matching Defaults entries for snapshot on mgs01:
+    env_reset, mail_badpass, secure_path=/usr/local/sbin\\:/usr/local/bin\\:/usr/sbin\\:/usr/bin
+
+User snapshot may run the following commands on mgs01:
+    (root) NOPASSWD: /usr/sbin/lctl snapshot_create *, /usr/sbin/lctl snapshot_destroy *,
+        /usr/sbin/lctl snapshot_list *
+"""
+
+
+def test_a_sudo_rule_is_read_as_its_commands():
+    assert sc.sudo_commands(SUDO_L) == ["/usr/sbin/lctl snapshot_create *", "/usr/sbin/lctl snapshot_destroy *",
+                                        "/usr/sbin/lctl snapshot_list *"]
+    assert sc.sudo_commands("User x may run the following commands on h:\n    (ALL : ALL) ALL\n") == ["ALL"]
+    assert sc.sudo_commands("Sorry, user snapshot may not run sudo on mgs01.\n") is None
+    assert sc.sudo_commands("") is None
+
+
+def test_the_sudo_rule_of_a_restricted_account_is_checked_on_each_host():
+    from slurm_snap.doctor.facts import SudoFacts
+
+    good, everything, shell, copies, forced, away = sc.check_sudo_rules("snapshot", [
+        SudoFacts("mgs01", 0, SUDO_L),
+        SudoFacts("n1", 0, "User snapshot may run the following commands on n1:\n    (ALL : ALL) NOPASSWD: ALL\n"),
+        SudoFacts("n2", 0, "User snapshot may run the following commands on n2:\n    (root) /bin/bash\n"),
+        SudoFacts("n3", 0, "User snapshot may run the following commands on n3:\n    (root) NOPASSWD: "
+                           "/usr/bin/btrfs subvolume snapshot *, /usr/bin/cp --reflink=always *\n"),
+        SudoFacts("n4", 1, "only the snapshot verbs, please\n"),
+        SudoFacts("n5", error="snapshot@n5: connection refused")])
+    assert good.ok and not good.warning and "allows only: /usr/sbin/lctl snapshot_create *" in good.what
+    assert not everything.ok and "allows ALL: any command as root" in everything.what
+    assert not shell.ok and "/bin/bash" in shell.what
+    assert copies.ok and copies.warning and "cp --reflink=always" in copies.what
+    assert (forced.ok, forced.verified) == (True, False) and "forced command" in forced.what
+    assert (away.ok, away.verified) == (True, False) and "connection refused" in away.what
+
+
+def test_sudo_is_asked_where_a_non_root_account_logs_in(tmp_path):
+    shared = ('[[volume_class]]\nname = "pfs"\nprefix = "/l"\nscope = "shared"\nbackend = "lustre"\n'
+              'transport = "ssh"\nhost = "mgs01"\n[volume_class.options]\nfsname = "l"\n')
+    local = ('[[volume_class]]\nname = "scratch"\nprefix = "/scratch"\nscope = "node-local"\nbackend = "btrfs"\n'
+             'transport = "ssh"\n')
+    as_root = cfg_with(tmp_path, text=shared + local, name="a.toml")
+    assert sc.sudo_hosts(as_root, ["n1"]) == []          # root's own finding: check_ssh_account
+    cfg = cfg_with(tmp_path, text='[ssh]\nuser = "snapshot"\n[ssh.addresses]\nn1 = "10.0.0.11"\n' + shared + local,
+                   name="b.toml")
+    assert sc.sudo_hosts(cfg, None) == ["mgs01"]
+    assert sc.sudo_hosts(cfg, ["n1", "n2"]) == ["mgs01", "10.0.0.11", "n2"]
+
+
 def test_doctor_prints_the_file_checks_and_fails_on_a_bad_mode(tmp_path, capsys):
     require(os.geteuid() == 0, "files owned by root")
     (tmp_path / "b").mkdir()

@@ -152,5 +152,11 @@ def test_doctor_says_who_runs_what_where():
     warned = [w for _ok, w, what in found(volume_class=classes) if w]
     assert len(warned) == 1
     text = " ".join(what for _ok, w, what in found(volume_class=classes) if w)
-    assert "scratch" in text and "pfs" not in text
+    assert "scratch" in text and "pfs" not in text and "cuts" in text and "move_budget = 60" in text
     assert not [w for _ok, w, _what in found(volume_class=classes[1:]) if w]
+    # A node-local class on the node's own tools: only the requeued run's
+    # moves still go over SSH, and not with move_budget = 0.
+    local_classes = [{**classes[0], "transport": "local"}, classes[1]]
+    text = " ".join(what for _ok, w, what in found(volume_class=local_classes) if w)
+    assert "move_budget" in text and "cuts" not in text
+    assert not [w for _ok, w, _what in found(volume_class=local_classes, restore={"move_budget": 0}) if w]
