@@ -41,13 +41,37 @@ def _config(cl) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in (line.split(" = ", 1) for line in out.splitlines() if " = " in line)}
 
 
-def _first_resumed_step(log: str) -> bool:
+# The requeued run's output, in the order it comes: every rank prints "rank R
+# pid P ..." once torch and slurm_snap are imported, then "resumed from step
+# N" after the gloo rendezvous and the checkpoint's load, then its steps.
+PHASES = (("ranks_up", re.compile(r"^rank \d+ pid ", re.M)),
+          ("resumed", re.compile(r"^resumed from step ", re.M)),
+          ("first_step", re.compile(r"^step ", re.M)))
+
+
+def _seen(log: str, offset: int, seen: dict[str, float]) -> None:
+    """Stamps (time.time()) each phase in `seen` the first time the log past
+    `offset` shows it, each after the one before it."""
     try:
-        text = open(log, encoding="utf-8", errors="replace").read()
+        with open(log, encoding="utf-8", errors="replace") as f:
+            f.seek(offset)
+            text = f.read()
     except OSError:
-        return False
-    tail = text.split("resumed from step", 1)
-    return len(tail) == 2 and re.search(r"^step ", tail[1], re.M) is not None
+        return
+    at = 0
+    for name, pattern in PHASES:
+        m = pattern.search(text, at)
+        if m is None:
+            return
+        seen.setdefault(name, time.time())
+        at = m.end()
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def one_run(cl) -> dict:
@@ -66,16 +90,16 @@ def one_run(cl) -> dict:
             if time.monotonic() > deadline:
                 raise Unavailable("training did not start in 120 s")
             time.sleep(0.2)
+        offset = _size(log)
         preemptor = cl.preempt()
         deadline = time.monotonic() + 400
-        resumed_at = None
-        while resumed_at is None:
-            if _first_resumed_step(log):
-                resumed_at = time.time()
-            elif time.monotonic() > deadline:
+        seen: dict[str, float] = {}
+        while "first_step" not in seen:
+            _seen(log, offset, seen)
+            if time.monotonic() > deadline:
                 raise Unavailable(f"job {jid} did not resume within 400 s of its preemption")
-            else:
-                time.sleep(0.1)
+            time.sleep(0.1)
+        resumed_at = seen["first_step"]
         job = cl.job(jid)
         start = float(json_number(job.raw.get("start_time"))) if job is not None else 0.0
         # With expedited requeue the next run may print its first step before
@@ -94,6 +118,7 @@ def one_run(cl) -> dict:
     slowest = max(acks)
     return {"job": jid, "slowest_ack": slowest, "start": start, "first_step": resumed_at,
             "to_start_s": start - slowest if start else None, "to_first_step_s": resumed_at - slowest,
+            "phases_s": {k: round(v - slowest, 2) for k, v in seen.items()},
             "set_state": rec["state"], "expedited": expedited}
 
 
@@ -123,6 +148,8 @@ def main(argv=None) -> int:
                 value=first, unit="s", target=f"<= {TARGET_S:g} s" if newer else "",
                 met=(first <= TARGET_S) if newer else None,
                 note=(f"-> Slurm start {statistics.median(starts):.1f} s; " if starts else "")
+                + "".join(f"-> {k} {statistics.median(r['phases_s'][k] for r in runs):.1f} s; "
+                          for k, _p in PHASES[:-1])
                 + f"{len(runs)} run(s), sets {','.join(r['set_state'] for r in runs)}",
                 extra={"runs": runs, "slurm_version": version})]
     return common.finish(args.json, rows, [])

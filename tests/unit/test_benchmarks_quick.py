@@ -66,6 +66,22 @@ def test_missing_foreign_benchmark_is_not_available(monkeypatch, tmp_path):
     assert rows == [] and unavailable == [("report", "report.py not in this tree")]
 
 
+def test_every_benchmark_on_a_cluster_is_given_it():
+    run = load_run()
+    args = run.argparse.Namespace(quick=False, big=None, small=None, pg_url=None)
+    for name in run.ORDER:
+        argv = run.bench_argv(name, "script", "out.json", args, "/var/tmp/c")
+        assert (argv[-2:] == ["--cluster", "/var/tmp/c"]) == (name in run.USES_CLUSTER), name
+    assert {"slurm_api", "resume", "e2e", "hooks", "schedule"} <= run.USES_CLUSTER
+    assert run.bench_argv("resume", "s", "o", args, None)[-2:] == ["--json", "o"]
+
+
+def test_time_to_resume_gets_a_cluster_at_slurms_default_cred_expire():
+    run = load_run()
+    assert run.cluster_env("resume") == {"SLURM_SNAP_CRED_EXPIRE": "default"}
+    assert all(run.cluster_env(n) == {} for n in run.ORDER if n != "resume")
+
+
 def test_relations_and_formatting():
     added = common.Row("hooks", "x", 12.5, 2.5, "ms", "empty", "added")
     assert added.relation == pytest.approx(10.0) and common.relation_text(added) == "+10.0 ms"
