@@ -47,10 +47,16 @@ def mariadb_url() -> str | None:
     return f.read_text().strip() if f.exists() else None
 
 
-def require_torch() -> None:
-    """torch (the `example` extra) is a real component of the client's tests."""
+def require_module(name: str, extra: str) -> None:
+    """A Python package the client's tests run for real (torch, Lightning,
+    transformers): missing is a failure in CI, a skip with its reason here."""
     import importlib.util
     import sys
 
-    require(importlib.util.find_spec("torch") is not None,
-            f"torch is not installed in {sys.executable} (pip install .[example])")
+    require(importlib.util.find_spec(name) is not None,
+            f"{name} is not installed in {sys.executable} (pip install .[{extra}])")
+
+
+def require_torch() -> None:
+    """torch (the `example` extra) is a real component of the client's tests."""
+    require_module("torch", "example")

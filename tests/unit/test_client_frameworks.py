@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from realcomponents import require_module
 from slurm_snap import errors
 from slurm_snap.cli import main
 from slurm_snap.client import Checkpointer
@@ -71,7 +72,7 @@ def test_outside_slurm_snap_the_working_directory_and_in_a_drill_the_restored_vo
 
 
 def test_each_rank_acknowledges_the_files_of_a_trainer_checkpoint_it_wrote(tmp_path):
-    pytest.importorskip("transformers")
+    require_module("transformers", "hf")
     from slurm_snap.client.huggingface import own_files
 
     d = tmp_path / "checkpoint-12"
@@ -124,7 +125,7 @@ def test_a_framework_that_stops_at_sigterm_does_not_see_the_one_that_asks_for_th
     """Lightning composes its SIGTERM handler around ours; the callback puts
     ours first again, holding back the first SIGTERM (a checkpoint request
     on SIGTERM-only sites) and passing on the one that ends the job."""
-    pytest.importorskip("lightning")
+    require_module("lightning", "example")
     from slurm_snap.client.lightning import _without
 
     ckpt = Checkpointer(signals=["SIGUSR1", "SIGTERM"], shield_children=False, env={})
@@ -176,7 +177,7 @@ print("saved", [s for s, _p in snap.saved], "resumed", snap.resumed_step, "at", 
 def test_outside_slurm_snap_a_signal_is_one_checkpoint_and_the_next_run_resumes_from_it(tmp_path):
     """No job directory: the callback still checkpoints on the signal, once
     (nobody releases it), in ./ckpt, and resume_path() finds it."""
-    pytest.importorskip("lightning")
+    require_module("lightning", "example")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SBATCH"))}, "PYTHONPATH": repo}
 
@@ -194,7 +195,7 @@ def test_outside_slurm_snap_a_signal_is_one_checkpoint_and_the_next_run_resumes_
 def test_lightnings_own_checkpoints_outside_the_declared_volumes_are_said_once(tmp_path):
     """ModelCheckpoint (on by default) writes under default_root_dir: where no
     volume is, no snapshot holds it. Said at fit()'s start, with the fix."""
-    pytest.importorskip("lightning")
+    require_module("lightning", "example")
     from types import SimpleNamespace
 
     from slurm_snap.client.lightning import SnapshotCallback
